@@ -1,0 +1,41 @@
+# troy: build, test, bench, lint. `make help` lists the targets.
+GO      ?= go
+BIN     ?= bin/troy
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: help build demo test test-short bench lint schemas clean
+
+help:
+	@echo "make build   - build $(BIN)"
+	@echo "make demo    - audit the shipped example traces (embedded NATS, offline explainer)"
+	@echo "make test    - unit, component and end-to-end tests, race detector on"
+	@echo "make bench   - evaluator and audit-batch benchmarks (figures on stdout)"
+	@echo "make lint    - gofmt and go vet"
+	@echo "make schemas - regenerate schemas/ from the Go types"
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/troy
+
+demo: build
+	$(BIN) audit-batch examples/traces examples/policy.yaml --out-dir logs/demo
+	@echo "open logs/demo/summary.md"
+
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+bench: build
+	bash scripts/bench.sh
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
+	$(GO) vet ./...
+
+schemas:
+	UPDATE_SCHEMAS=1 $(GO) test ./schemas/ -run TestSchemas -count=1
+
+clean:
+	rm -rf bin logs .troy

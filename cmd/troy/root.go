@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/troy-audit/troy/pkg/bus"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitError     = 1 // usage, config, or an input rejected
+	exitViolation = 2 // --fail-on matched
+)
+
+// exitError carries an exit code out of a command.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e codeError) Error() string { return e.err.Error() }
+func (e codeError) Unwrap() error { return e.err }
+
+// globalFlags are shared by every command that touches NATS.
+type globalFlags struct {
+	natsURL   string
+	creds     string
+	tlsCA     string
+	tlsCert   string
+	tlsKey    string
+	dataDir   string
+	logLevel  string
+	logFormat string
+}
+
+func (g *globalFlags) client(name string) bus.ClientConfig {
+	return bus.ClientConfig{URL: g.natsURL, Creds: g.creds, TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, Name: name}
+}
+
+func (g *globalFlags) logger(stderr io.Writer, defaultLevel string) (zerolog.Logger, error) {
+	lvl := g.logLevel
+	if lvl == "" {
+		lvl = defaultLevel
+	}
+	level, err := zerolog.ParseLevel(lvl)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)
+	}
+	var w io.Writer = stderr
+	switch g.logFormat {
+	case "json":
+	case "console", "":
+		if g.logFormat == "console" || isTerminal(stderr) {
+			w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}
+		}
+	default:
+		return zerolog.Nop(), fmt.Errorf("--log-format %q: want console or json", g.logFormat)
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "troy",
+		Short:         "Audit what AI agents do, and govern them while they run",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsURL, "nats-url", os.Getenv("NATS_URL"), "NATS server or cluster to use (env NATS_URL); empty starts an embedded server")
+	pf.StringVar(&g.creds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	pf.StringVar(&g.tlsCA, "nats-tls-ca", os.Getenv("NATS_TLS_CA"), "CA certificate to verify the NATS server (env NATS_TLS_CA)")
+	pf.StringVar(&g.tlsCert, "nats-tls-cert", os.Getenv("NATS_TLS_CERT"), "client certificate for NATS mTLS (env NATS_TLS_CERT)")
+	pf.StringVar(&g.tlsKey, "nats-tls-key", os.Getenv("NATS_TLS_KEY"), "client key for NATS mTLS (env NATS_TLS_KEY)")
+	pf.StringVar(&g.dataDir, "data-dir", envOr("TROY_DATA_DIR", ".troy/data"), "store of the embedded NATS server (env TROY_DATA_DIR)")
+	pf.StringVar(&g.logLevel, "log-level", os.Getenv("TROY_LOG_LEVEL"), "debug, info, warn or error (env TROY_LOG_LEVEL)")
+	pf.StringVar(&g.logFormat, "log-format", os.Getenv("TROY_LOG_FORMAT"), "console or json (default: console on a terminal, else json)")
+	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newVersionCmd())
+	return root
+}
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print troy's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "troy", version)
+		},
+	}
+}
+
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ce codeError
+	if errors.As(err, &ce) {
+		if ce.err != nil && ce.err.Error() != "" {
+			fmt.Fprintln(stderr, "troy:", ce.err)
+		}
+		return ce.code
+	}
+	msg := err.Error()
+	fmt.Fprintln(stderr, "troy:", msg)
+	if strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown flag") || strings.Contains(msg, "accepts") || strings.Contains(msg, "requires") {
+		fmt.Fprintln(stderr, "Run 'troy --help' for usage.")
+	}
+	return exitError
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/troy-audit/troy/pkg/policy"
+)
+
+func newServeCmd(g *globalFlags) *cobra.Command {
+	var target, natsAddr, httpAddr, policyPath, reportsDir string
+	var workers int
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run troy's services: all of them with an embedded NATS server, or one --target against a cluster",
+		Long: `Run troy's pipeline services.
+
+With no --nats-url, troy starts an embedded NATS server with JetStream that also
+accepts outside clients on --nats-addr, and runs every service in this process.
+With --nats-url it runs the --target services against that server or cluster;
+start more processes of a target to scale it out.
+
+HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			targets, err := parseTargets(target)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			log, err := g.logger(cmd.ErrOrStderr(), "info")
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			var def *policy.Engine
+			if policyPath != "" {
+				if def, err = loadPolicy(policyPath); err != nil {
+					return codeError{exitError, err}
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			lis, err := net.Listen("tcp", httpAddr)
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
+			}
+			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
+				workers: workers, policy: def, reportsDir: reportsDir}
+			if g.natsURL == "" {
+				cfg.listen = natsAddr
+			}
+			st, err := startStack(ctx, cfg, log, reg)
+			if err != nil {
+				lis.Close()
+				return codeError{exitError, err}
+			}
+			srv := &http.Server{Handler: httpHandler(st, reg), ReadHeaderTimeout: 5 * time.Second}
+			go func() {
+				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					st.fail(fmt.Errorf("http: %w", err))
+				}
+			}()
+			natsWhere := g.natsURL
+			if st.emb != nil {
+				natsWhere = st.emb.ClientURL() + " (embedded, store " + g.dataDir + ")"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: http://%s (/healthz /readyz /metrics)\n", targets, natsWhere, lis.Addr())
+			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", lis.Addr().String()).Msg("troy serving")
+
+			var runErr error
+			select {
+			case <-ctx.Done():
+				log.Info().Msg("shutting down")
+			case <-st.Failed():
+				runErr = st.Err()
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			if err := st.Close(grace); err != nil {
+				log.Warn().Err(err).Msg("shutdown")
+			}
+			if runErr != nil {
+				return codeError{exitError, runErr}
+			}
+			log.Info().Msg("stopped")
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), "services to run: all, or a comma list of ingest, graph, evaluator, explainer, scorer, reporter (env TROY_TARGET)")
+	fl.StringVar(&natsAddr, "nats-addr", envOr("TROY_NATS_ADDR", "127.0.0.1:4222"), "client address of the embedded NATS server (env TROY_NATS_ADDR)")
+	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
+	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")
+	fl.StringVar(&reportsDir, "reports-dir", os.Getenv("TROY_REPORTS_DIR"), "also write every report to DIR/<run>/<trace_id>/ (env TROY_REPORTS_DIR)")
+	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
+	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
+	return cmd
+}
+
+func httpHandler(st *stack, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := st.Err(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !st.nc.IsConnected() {
+			http.Error(w, "not ready: NATS connection is "+st.nc.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}

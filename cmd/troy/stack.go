@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/trace"
+	"github.com/troy-audit/troy/services/evaluator"
+	"github.com/troy-audit/troy/services/explainer"
+	"github.com/troy-audit/troy/services/graph"
+	"github.com/troy-audit/troy/services/ingest"
+	"github.com/troy-audit/troy/services/reporter"
+	"github.com/troy-audit/troy/services/scorer"
+)
+
+// targets every `troy serve --target` accepts, in pipeline order.
+var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter"}
+
+func parseTargets(s string) ([]string, error) {
+	if s == "" || s == "all" {
+		return allTargets, nil
+	}
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		t = strings.TrimSpace(t)
+		if !slices.Contains(allTargets, t) {
+			return nil, fmt.Errorf("--target %q: want all or one or more of %s", t, strings.Join(allTargets, ", "))
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// stackConfig is what a process needs to reach NATS and run services.
+type stackConfig struct {
+	client     bus.ClientConfig // URL empty: embedded server
+	dataDir    string
+	listen     string // embedded server's client address ("" in-process only)
+	targets    []string
+	workers    int
+	limits     trace.Limits
+	policy     *policy.Engine // evaluator default for live traces
+	reportsDir string
+}
+
+// stack is a NATS connection (and maybe an embedded server) plus the
+// services this process runs. Every target is built exactly as its own
+// `troy serve --target` builds it.
+type stack struct {
+	emb    *bus.Embedded
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    zerolog.Logger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	err    error
+	failed chan struct{}
+}
+
+func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg prometheus.Registerer) (*stack, error) {
+	s := &stack{log: log, failed: make(chan struct{})}
+	var err error
+	if cfg.client.URL == "" {
+		s.emb, err = bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: cfg.dataDir, Listen: cfg.listen})
+		if err != nil {
+			return nil, err
+		}
+		s.nc, err = bus.ConnectEmbedded(s.emb, cfg.client.Name)
+	} else {
+		cfg.client.Reconnect = true
+		s.nc, err = bus.Connect(cfg.client)
+	}
+	if err != nil {
+		s.closeConn()
+		return nil, err
+	}
+	if s.js, err = bus.JetStream(s.nc); err != nil {
+		s.closeConn()
+		return nil, err
+	}
+	deps, err := bus.NewDeps(s.js, log, reg)
+	if err != nil {
+		s.closeConn()
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := bus.Provision(pctx, s.js, deps.Topology); err != nil {
+		s.closeConn()
+		return nil, fmt.Errorf("%w (is JetStream enabled on the server?)", err)
+	}
+	runners, err := buildServices(pctx, deps, cfg)
+	if err != nil {
+		s.closeConn()
+		return nil, err
+	}
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = rcancel
+	for name, r := range runners {
+		s.wg.Go(func() {
+			if err := r(rctx); err != nil && rctx.Err() == nil {
+				s.fail(fmt.Errorf("service %s stopped: %w", name, err))
+			}
+		})
+	}
+	return s, nil
+}
+
+type runFunc func(context.Context) error
+
+func buildServices(ctx context.Context, deps bus.Deps, cfg stackConfig) (map[string]runFunc, error) {
+	out := map[string]runFunc{}
+	workers := func(def int) int {
+		if cfg.workers > 0 {
+			return cfg.workers
+		}
+		return def
+	}
+	for _, t := range cfg.targets {
+		var r runFunc
+		var err error
+		switch t {
+		case "ingest":
+			c := ingest.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			if cfg.limits != (trace.Limits{}) {
+				c.Limits = cfg.limits
+			}
+			var s *ingest.Service
+			s, err = ingest.New(deps, c)
+			r = runOf(s, err)
+		case "graph":
+			c := graph.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			var s *graph.Service
+			s, err = graph.New(deps, c)
+			r = runOf(s, err)
+		case "evaluator":
+			c := evaluator.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			c.Default = cfg.policy
+			var s *evaluator.Service
+			s, err = evaluator.New(ctx, deps, c)
+			r = runOf(s, err)
+		case "explainer":
+			c := explainer.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			var s *explainer.Service
+			s, err = explainer.New(deps, c)
+			r = runOf(s, err)
+		case "scorer":
+			c := scorer.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			var s *scorer.Service
+			s, err = scorer.New(deps, c)
+			r = runOf(s, err)
+		case "reporter":
+			c := reporter.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			c.Dir = cfg.reportsDir
+			var s *reporter.Service
+			s, err = reporter.New(ctx, deps, c)
+			r = runOf(s, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[t] = r
+	}
+	return out, nil
+}
+
+func runOf[S interface{ Run(context.Context) error }](s S, err error) runFunc {
+	if err != nil {
+		return nil
+	}
+	return s.Run
+}
+
+func (s *stack) fail(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.err == nil {
+		s.err = err
+		close(s.failed)
+	}
+	s.log.Error().Err(err).Msg("service failed")
+}
+
+// Failed is closed when a service stops with an error.
+func (s *stack) Failed() <-chan struct{} { return s.failed }
+
+// Err is the first service failure.
+func (s *stack) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close stops the services (letting in-flight messages finish), drains the
+// connection and stops the embedded server, all within grace.
+func (s *stack) Close(grace time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+		s.closeConn()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(grace):
+		return errors.New("shutdown did not finish within the grace period; unacknowledged messages will be redelivered")
+	}
+}
+
+func (s *stack) closeConn() {
+	if s.nc != nil {
+		_ = s.nc.Drain()
+		for s.nc.IsDraining() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		s.nc.Close()
+	}
+	if s.emb != nil {
+		s.emb.Shutdown()
+	}
+}

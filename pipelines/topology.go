@@ -1,0 +1,100 @@
+// Package pipelines holds troy's topology as data (topology.yaml): the
+// streams, consumers and KV buckets that the services read and write.
+package pipelines
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed topology.yaml
+var topologyYAML []byte
+
+// Topology is the whole pipeline layout.
+type Topology struct {
+	Streams          []Stream        `json:"streams"`
+	Consumers        []Consumer      `json:"consumers"`
+	ConsumerDefaults ConsumerOptions `json:"consumer_defaults"`
+	Buckets          []Bucket        `json:"buckets"`
+}
+
+// Stream is one JetStream stream.
+type Stream struct {
+	Name            string   `json:"name"`
+	Description     string   `json:"description"`
+	Subjects        []string `json:"subjects"`
+	Retention       string   `json:"retention"` // limits | interest | workqueue
+	MaxAge          Duration `json:"max_age"`
+	DuplicateWindow Duration `json:"duplicate_window"`
+}
+
+// Consumer is one durable pull consumer, named for the service that reads it.
+type Consumer struct {
+	Name           string   `json:"name"`
+	Stream         string   `json:"stream"`
+	FilterSubjects []string `json:"filter_subjects"`
+}
+
+// ConsumerOptions apply to every consumer.
+type ConsumerOptions struct {
+	AckWait       Duration `json:"ack_wait"`
+	MaxDeliver    int      `json:"max_deliver"`
+	MaxAckPending int      `json:"max_ack_pending"`
+}
+
+// Bucket is one KV bucket.
+type Bucket struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	TTL         Duration `json:"ttl"`
+}
+
+// Duration reads "30s"-style durations.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// Load returns the topology shipped in the binary.
+func Load() (*Topology, error) {
+	var t Topology
+	if err := yaml.UnmarshalStrict(topologyYAML, &t); err != nil {
+		return nil, fmt.Errorf("pipelines/topology.yaml: %w", err)
+	}
+	return &t, nil
+}
+
+// Consumer returns the consumer of the given name.
+func (t *Topology) Consumer(name string) (Consumer, bool) {
+	for _, c := range t.Consumers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Consumer{}, false
+}
+
+// Stream returns the stream of the given name.
+func (t *Topology) Stream(name string) (Stream, bool) {
+	for _, s := range t.Streams {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Stream{}, false
+}

@@ -1,0 +1,386 @@
+package auditor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/report"
+)
+
+// OutcomesStream holds reports and rejections (pipelines/topology.yaml).
+const OutcomesStream = "TROY_OUTCOMES"
+
+// Outcome is the end of one input: a finished report or a rejection.
+type Outcome struct {
+	Entry    report.Entry
+	Audit    json.RawMessage // audit.json, compact; nil when rejected
+	Markdown []byte
+}
+
+// Sink receives each outcome as it arrives, e.g. to write report files. It
+// runs on the collector goroutine; an error stops the run.
+type Sink func(Outcome) error
+
+// Config describes one submission.
+type Config struct {
+	Run         string         // run token; NewRun makes one
+	Policy      *policy.Engine // stored in the policy bucket before any trace is sent
+	Window      int            // most inputs in the pipeline at once
+	IdleTimeout time.Duration  // give up after this long without any outcome
+	Progress    func(done, total int)
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if !bus.ValidRun(c.Run) {
+		return fmt.Errorf("auditor: run %q is not a valid token", c.Run)
+	}
+	if c.Policy == nil {
+		return errors.New("auditor: a policy is required")
+	}
+	if c.Window < 1 {
+		return fmt.Errorf("auditor: window must be at least 1, got %d", c.Window)
+	}
+	return nil
+}
+
+// NewRun returns a fresh random run token.
+func NewRun() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ErrStalled is returned when no outcome arrived within the idle timeout.
+var ErrStalled = errors.New("pipeline stalled")
+
+// Submit sends every input to troy.ingest.<run> and returns one entry per
+// input, in input order, once each has a report or a rejection. Outcomes
+// already on the stream for this run (from an interrupted attempt) count, and
+// their inputs are not sent again.
+func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter.Seq[Input], total int, sink Sink) ([]report.Entry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	store, err := policystore.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.Put(ctx, cfg.Policy.Policy()); err != nil {
+		return nil, err
+	}
+	c := &collector{
+		cfg:      cfg,
+		sink:     sink,
+		total:    total,
+		done:     map[string]report.Entry{},
+		inflight: map[string]bool{},
+		slots:    make(chan struct{}, cfg.Window),
+		byTrace:  map[string]string{},
+		changed:  make(chan struct{}, 1),
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Outcomes already stored for this run (an interrupted attempt) are read
+	// first, so a resumed run does not resend what is finished.
+	stored, err := storedOutcomes(ctx, js, cfg.Run)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, OutcomesStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.Subject(bus.StageReport, cfg.Run), bus.Subject(bus.StageRejected, cfg.Run)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auditor: read outcomes: %w", err)
+	}
+	iterMsgs, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("auditor: read outcomes: %w", err)
+	}
+	defer iterMsgs.Stop()
+	for range stored {
+		m, err := iterMsgs.Next()
+		if err != nil {
+			return nil, fmt.Errorf("auditor: replay outcomes: %w", err)
+		}
+		if err := c.receive(m); err != nil {
+			return nil, err
+		}
+	}
+	collectErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := iterMsgs.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					collectErr <- nil
+				} else {
+					collectErr <- err
+				}
+				return
+			}
+			if err := c.receive(m); err != nil {
+				collectErr <- err
+				cancel(err)
+				return
+			}
+		}
+	}()
+
+	var order []string
+	for in := range inputs {
+		order = append(order, in.Source)
+		if in.Err != nil {
+			if err := c.finish(report.Entry{Source: in.Source, Status: report.StatusRejected,
+				Problems: []string{"could not read: " + in.Err.Error()}}, nil, nil); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if !c.claim(in.Source) {
+			continue // finished by an earlier attempt
+		}
+		if err := c.acquire(ctx); err != nil {
+			return nil, c.stopErr(ctx, err)
+		}
+		if err := publish(ctx, js, cfg, in); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.wait(ctx, order); err != nil {
+		return nil, c.stopErr(ctx, err)
+	}
+	iterMsgs.Stop()
+	if err := <-collectErr; err != nil {
+		return nil, err
+	}
+	return c.entries(order), nil
+}
+
+func publish(ctx context.Context, js jetstream.JetStream, cfg Config, in Input) error {
+	h := nats.Header{}
+	h.Set(bus.HeaderSource, in.Source)
+	h.Set(bus.HeaderPolicy, cfg.Policy.Hash())
+	key := bus.Key(cfg.Run, in.Source, "")
+	h.Set(bus.HeaderKey, key)
+	return bus.Publish(ctx, js, bus.Out{Subject: bus.Subject(bus.StageIngest, cfg.Run), Data: in.Data, Header: h,
+		MsgID: bus.MsgID(bus.StageIngest, key, cfg.Policy.Hash())})
+}
+
+type collector struct {
+	cfg   Config
+	sink  Sink
+	total int
+
+	mu       sync.Mutex
+	done     map[string]report.Entry // by source
+	inflight map[string]bool         // sent, waiting for an outcome
+	byTrace  map[string]string       // trace id -> first source reported with it
+	slots    chan struct{}
+	changed  chan struct{}
+}
+
+func (c *collector) stopErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// claim marks a source as sent; false when it already has an outcome.
+func (c *collector) claim(source string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.done[source]; ok {
+		return false
+	}
+	c.inflight[source] = true
+	return true
+}
+
+func (c *collector) acquire(ctx context.Context) error {
+	timer := time.NewTimer(c.idle())
+	defer timer.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return c.stalled()
+	}
+}
+
+func (c *collector) idle() time.Duration {
+	if c.cfg.IdleTimeout > 0 {
+		return c.cfg.IdleTimeout
+	}
+	return 5 * time.Minute
+}
+
+func (c *collector) stalled() error {
+	return fmt.Errorf("%w: no report or rejection for %s; are troy's services running against this NATS server (troy serve)? see troy.dlq.> for dead letters", ErrStalled, c.idle())
+}
+
+func (c *collector) receive(m jetstream.Msg) error {
+	source := m.Headers().Get(bus.HeaderSource)
+	if bus.RunOf(m.Subject()) != c.cfg.Run || source == "" {
+		return nil // not one of ours
+	}
+	if m.Subject() == bus.Subject(bus.StageRejected, c.cfg.Run) {
+		rej, err := events.Decode[events.Rejected](m.Data())
+		if err != nil {
+			return c.finish(report.Entry{Source: source, Status: report.StatusRejected, Problems: []string{err.Error()}}, nil, nil)
+		}
+		probs := make([]string, len(rej.Problems))
+		for i, p := range rej.Problems {
+			probs[i] = p.String()
+		}
+		return c.finish(report.Entry{Source: source, TraceID: rej.TraceID, Status: report.StatusRejected, Problems: probs}, nil, nil)
+	}
+	var rep struct {
+		Audit    json.RawMessage `json:"audit"`
+		Markdown string          `json:"markdown"`
+	}
+	var head struct {
+		Trace struct {
+			TraceID string            `json:"trace_id"`
+			Steps   []json.RawMessage `json:"steps"`
+		} `json:"trace"`
+		RiskScore      int            `json:"risk_score"`
+		SeverityCounts map[string]int `json:"severity_counts"`
+	}
+	if err := json.Unmarshal(m.Data(), &rep); err != nil || json.Unmarshal(rep.Audit, &head) != nil || head.Trace.TraceID == "" {
+		return c.finish(report.Entry{Source: source, Status: report.StatusRejected,
+			Problems: []string{"the pipeline returned a malformed report; see troy.dlq.> and the service logs"}}, nil, nil)
+	}
+	e := report.Entry{Source: source, TraceID: head.Trace.TraceID, Steps: len(head.Trace.Steps), Status: report.StatusAudited,
+		SeverityCounts: head.SeverityCounts, RiskScore: head.RiskScore}
+	return c.finish(e, rep.Audit, []byte(rep.Markdown))
+}
+
+func (c *collector) finish(e report.Entry, audit json.RawMessage, md []byte) error {
+	c.mu.Lock()
+	if _, dup := c.done[e.Source]; dup {
+		c.mu.Unlock()
+		return nil // a redelivered outcome: the first one stands
+	}
+	if e.Status == report.StatusAudited {
+		if other, clash := c.byTrace[e.TraceID]; clash && other != e.Source {
+			e = report.Entry{Source: e.Source, TraceID: e.TraceID, Status: report.StatusRejected,
+				Problems: []string{fmt.Sprintf("trace_id %q is also used by %s: trace ids must be unique in a batch", e.TraceID, other)}}
+			audit, md = nil, nil
+		} else {
+			c.byTrace[e.TraceID] = e.Source
+		}
+	}
+	c.done[e.Source] = e
+	wasInflight := c.inflight[e.Source]
+	delete(c.inflight, e.Source)
+	n := len(c.done)
+	c.mu.Unlock()
+
+	if c.sink != nil {
+		if err := c.sink(Outcome{Entry: e, Audit: audit, Markdown: md}); err != nil {
+			return err
+		}
+	}
+	if wasInflight {
+		<-c.slots
+	}
+	if c.cfg.Progress != nil {
+		c.cfg.Progress(n, c.total)
+	}
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// wait blocks until every source in order has an outcome.
+func (c *collector) wait(ctx context.Context, order []string) error {
+	timer := time.NewTimer(c.idle())
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		complete := true
+		for _, s := range order {
+			if _, ok := c.done[s]; !ok {
+				complete = false
+				break
+			}
+		}
+		c.mu.Unlock()
+		if complete {
+			return nil
+		}
+		select {
+		case <-c.changed:
+			timer.Reset(c.idle())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return c.stalled()
+		}
+	}
+}
+
+func (c *collector) entries(order []string) []report.Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]report.Entry, 0, len(order))
+	seen := map[string]bool{}
+	for _, s := range order {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		out = append(out, c.done[s])
+	}
+	return out
+}
+
+func storedOutcomes(ctx context.Context, js jetstream.JetStream, run string) (uint64, error) {
+	s, err := js.Stream(ctx, OutcomesStream)
+	if err != nil {
+		return 0, fmt.Errorf("auditor: stream %s: %w (was the topology provisioned?)", OutcomesStream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("troy.*."+run))
+	if err != nil {
+		return 0, fmt.Errorf("auditor: stream %s: %w", OutcomesStream, err)
+	}
+	var n uint64
+	for _, count := range info.State.Subjects {
+		n += count
+	}
+	return n, nil
+}
+
+// Forget purges a finished run's outcomes from the stream.
+func Forget(ctx context.Context, js jetstream.JetStream, run string) error {
+	s, err := js.Stream(ctx, OutcomesStream)
+	if err != nil {
+		return err
+	}
+	for _, stage := range []string{bus.StageReport, bus.StageRejected} {
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject(bus.Subject(stage, run))); err != nil {
+			return fmt.Errorf("purge %s outcomes: %w", run, err)
+		}
+	}
+	return nil
+}

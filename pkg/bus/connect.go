@@ -1,0 +1,87 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ClientConfig says how to reach a NATS server or cluster.
+type ClientConfig struct {
+	URL       string // nats://host:4222[,nats://…]
+	Creds     string // .creds file
+	TLSCA     string
+	TLSCert   string
+	TLSKey    string
+	Name      string // connection name shown by the server
+	Timeout   time.Duration
+	Reconnect bool // keep retrying when the server goes away (services)
+}
+
+// Validate checks the configuration.
+func (c ClientConfig) Validate() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("NATS TLS: give both --nats-tls-cert and --nats-tls-key, or neither")
+	}
+	return nil
+}
+
+// Connect dials the configured server.
+func Connect(cfg ClientConfig) (*nats.Conn, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := baseOptions(cfg)
+	if cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? check --nats-url / NATS_URL)", cfg.URL, err)
+	}
+	return nc, nil
+}
+
+// ConnectEmbedded opens an in-process connection to an embedded server.
+func ConnectEmbedded(e *Embedded, name string) (*nats.Conn, error) {
+	opts := append(baseOptions(ClientConfig{Name: name}), nats.InProcessServer(e.Server))
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	return nc, nil
+}
+
+func baseOptions(cfg ClientConfig) []nats.Option {
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "troy"
+	}
+	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout)}
+	if cfg.Reconnect {
+		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	}
+	return opts
+}
+
+// JetStream returns the JetStream API of a connection.
+func JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}

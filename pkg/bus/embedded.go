@@ -1,0 +1,134 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedConfig configures the in-process NATS server.
+type EmbeddedConfig struct {
+	StoreDir string // JetStream store; a lock inside keeps two processes apart
+	Listen   string // host:port for outside clients; "" accepts in-process clients only
+	// MaxPayload bounds one message; traces, graphs and reports travel whole.
+	MaxPayload int32
+}
+
+// DefaultMaxPayload fits a 4 MiB trace with its graph and explanations.
+const DefaultMaxPayload = 16 << 20
+
+// Validate checks the configuration.
+func (c EmbeddedConfig) Validate() error {
+	if c.StoreDir == "" {
+		return errors.New("embedded NATS: a store directory is required (--data-dir or TROY_DATA_DIR)")
+	}
+	if c.Listen != "" {
+		if _, _, err := splitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("embedded NATS: --nats-addr %q: %w (want host:port, e.g. 127.0.0.1:4222)", c.Listen, err)
+		}
+	}
+	return nil
+}
+
+// Embedded is a running in-process NATS server with JetStream.
+type Embedded struct {
+	Server *server.Server
+	lock   *os.File
+}
+
+// ErrStoreLocked is returned when another process uses the store directory.
+var ErrStoreLocked = errors.New("store directory in use")
+
+// StartEmbedded starts nats-server with JetStream and waits until it accepts
+// connections.
+func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StoreDir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded NATS: create store %s: %w", cfg.StoreDir, err)
+	}
+	lock, err := lockDir(cfg.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
+		ServerName: "troy-embedded",
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		MaxPayload: cfg.MaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	if opts.MaxPayload == 0 {
+		opts.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, _ := splitHostPort(cfg.Listen)
+		opts.Host, opts.Port = host, port
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		lock.Close()
+		if cfg.Listen != "" {
+			return nil, fmt.Errorf("embedded NATS did not start: is %s already in use? pick another with --nats-addr", cfg.Listen)
+		}
+		return nil, errors.New("embedded NATS did not start within 30s")
+	}
+	return &Embedded{Server: ns, lock: lock}, nil
+}
+
+// ClientURL is the address outside clients connect to ("" when not listening).
+func (e *Embedded) ClientURL() string {
+	if e.Server.Addr() == nil {
+		return ""
+	}
+	return e.Server.ClientURL()
+}
+
+// Shutdown stops the server, waiting for it to flush its store.
+func (e *Embedded) Shutdown() {
+	e.Server.Shutdown()
+	e.Server.WaitForShutdown()
+	e.lock.Close()
+}
+
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "troy.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: another troy process is using %s; wait for it, give this one its own --data-dir, or point both at a NATS server with --nats-url", ErrStoreLocked, dir)
+	}
+	return f, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, port, nil
+}

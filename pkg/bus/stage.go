@@ -1,0 +1,107 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/troy-audit/troy/pipelines"
+)
+
+// Deps are what every service is built from.
+type Deps struct {
+	JS       jetstream.JetStream
+	Topology *pipelines.Topology
+	Log      zerolog.Logger
+	Metrics  *Metrics
+}
+
+// NewDeps bundles a JetStream handle with the shipped topology, a logger and
+// metrics registered on reg.
+func NewDeps(js jetstream.JetStream, log zerolog.Logger, reg prometheus.Registerer) (Deps, error) {
+	topo, err := pipelines.Load()
+	if err != nil {
+		return Deps{}, err
+	}
+	return Deps{JS: js, Topology: topo, Log: log, Metrics: NewMetrics(reg)}, nil
+}
+
+// RunStage consumes the named durable consumer with h, wrapped in the
+// standard middleware: metrics, dead-lettering, panic recovery.
+func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handler) error {
+	c, ok := d.Topology.Consumer(consumer)
+	if !ok {
+		return fmt.Errorf("stage %s: no consumer of that name in pipelines/topology.yaml", consumer)
+	}
+	cons, err := d.JS.Consumer(ctx, c.Stream, consumer)
+	if err != nil {
+		return fmt.Errorf("stage %s: consumer on %s: %w (was the topology provisioned?)", consumer, c.Stream, err)
+	}
+	log := d.Log.With().Str("stage", consumer).Logger()
+	wrapped := Chain(h,
+		d.Metrics.Observe(consumer),
+		DeadLetter(d.JS, consumer, d.Topology.ConsumerDefaults.MaxDeliver, log),
+		Recover(),
+	)
+	log.Debug().Int("workers", workers).Msg("stage running")
+	return Consume(ctx, cons, wrapped, ConsumeConfig{Workers: workers, Log: log})
+}
+
+// Out is one message a stage publishes.
+type Out struct {
+	Subject string
+	Data    []byte
+	Header  nats.Header
+	MsgID   string
+}
+
+// Publish sends a message and waits for JetStream to store it.
+func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
+	m := nats.NewMsg(o.Subject)
+	m.Data = o.Data
+	for k, v := range o.Header {
+		m.Header[k] = v
+	}
+	if o.MsgID != "" {
+		m.Header.Set(HeaderMsgID, o.MsgID)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(pctx, m); err != nil {
+		return fmt.Errorf("publish %s: %w", o.Subject, err)
+	}
+	return nil
+}
+
+// Forward copies the pipeline headers (run, source, key, policy) of an input
+// message, filling in the run and key when a publisher left them out.
+func Forward(in nats.Header, m jetstream.Msg, traceID string) nats.Header {
+	h := nats.Header{}
+	for _, k := range []string{HeaderRun, HeaderSource, HeaderKey, HeaderPolicy} {
+		if v := in.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	if h.Get(HeaderRun) == "" {
+		h.Set(HeaderRun, RunOf(m.Subject()))
+	}
+	if h.Get(HeaderKey) == "" {
+		h.Set(HeaderKey, KeyOf(m, traceID))
+	}
+	return h
+}
+
+// KeyOf returns the input key of a message: its Troy-Key header, or one
+// derived from its run, source and trace id.
+func KeyOf(m jetstream.Msg, traceID string) string {
+	h := m.Headers()
+	if k := h.Get(HeaderKey); k != "" {
+		return k
+	}
+	return Key(RunOf(m.Subject()), h.Get(HeaderSource), traceID)
+}

@@ -1,0 +1,86 @@
+// Package bus connects troy to NATS JetStream: the embedded server, client
+// connections, topology provisioning, subjects and headers, and the consumer
+// loop with its middleware.
+package bus
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strings"
+)
+
+// Stages name the subjects troy.<stage>.<run>.
+const (
+	StageIngest   = "ingest"
+	StageTrace    = "trace"
+	StageGraph    = "graph"
+	StageEval     = "eval"
+	StageScore    = "score"
+	StageExplain  = "explain"
+	StageReport   = "report"
+	StageRejected = "rejected"
+	StageDLQ      = "dlq"
+)
+
+// LiveRun is the run of traces streamed in outside any batch.
+const LiveRun = "live"
+
+// Headers every pipeline message carries forward.
+const (
+	HeaderMsgID      = "Nats-Msg-Id"
+	HeaderRun        = "Troy-Run"        // the batch (run) a trace belongs to
+	HeaderSource     = "Troy-Source"     // where the trace came from: file, file:line
+	HeaderKey        = "Troy-Key"        // stable id of one input within a run
+	HeaderPolicy     = "Troy-Policy"     // policy content hash
+	HeaderReason     = "Troy-Reason"     // dead letters: why
+	HeaderOrigin     = "Troy-Origin"     // dead letters: original subject
+	HeaderStage      = "Troy-Stage"      // dead letters: the stage that gave up
+	HeaderDeliveries = "Troy-Deliveries" // dead letters: delivery attempts
+)
+
+// Subject returns troy.<stage>.<run>.
+func Subject(stage, run string) string { return "troy." + stage + "." + run }
+
+// Wildcard returns troy.<stage>.> .
+func Wildcard(stage string) string { return "troy." + stage + ".>" }
+
+// RunOf returns the run token of a troy.<stage>.<run> subject.
+func RunOf(subject string) string {
+	parts := strings.SplitN(subject, ".", 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	return parts[2]
+}
+
+var runPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidRun reports whether s can be a run token in a subject.
+func ValidRun(s string) bool { return runPattern.MatchString(s) }
+
+// Key derives the stable id of one input of a run: every stage's message id and
+// the reporter's join entries use it, so redeliveries collapse onto one report.
+func Key(run, source, traceID string) string {
+	h := sha256.New()
+	h.Write([]byte(run))
+	h.Write([]byte{0})
+	if source != "" {
+		h.Write([]byte(source))
+	} else {
+		h.Write([]byte(traceID))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// MsgID is the Nats-Msg-Id of a stage's output for one input and policy.
+func MsgID(stage, key, policyHash string) string {
+	p := strings.TrimPrefix(policyHash, "sha256:")
+	if len(p) > 16 {
+		p = p[:16]
+	}
+	return stage + "." + key + "." + p
+}
+
+// PolicyKey turns a policy hash into a KV key (KV keys allow no colon).
+func PolicyKey(hash string) string { return strings.TrimPrefix(hash, "sha256:") }

@@ -1,0 +1,120 @@
+// Package events defines the payloads that travel between pipeline stages,
+// one type per subject, with the checks a consumer runs before trusting one.
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/troy-audit/troy/pkg/explain"
+	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/report"
+	"github.com/troy-audit/troy/pkg/score"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Graphed is published on troy.graph.<run>: a canonical trace and its graph.
+type Graphed struct {
+	Trace *trace.Trace `json:"trace"`
+	Graph graph.Graph  `json:"graph"`
+}
+
+// Validate checks what a consumer relies on.
+func (g *Graphed) Validate() error { return checkTrace(g.Trace) }
+
+// Evaluated is published on troy.eval.<run>.
+type Evaluated struct {
+	TraceID    string `json:"trace_id"`
+	PolicyID   string `json:"policy_id"`
+	PolicyHash string `json:"policy_hash"`
+	policy.Result
+}
+
+// Validate checks what a consumer relies on.
+func (e *Evaluated) Validate() error {
+	if e.TraceID == "" || e.PolicyHash == "" {
+		return errors.New("evaluation result without trace_id or policy_hash")
+	}
+	return nil
+}
+
+// Scored is published on troy.score.<run>: an evaluation and its score.
+type Scored struct {
+	Evaluated
+	score.Score
+}
+
+// Explained is published on troy.explain.<run>. It carries the trace and
+// graph so the reporter can join it with the score alone.
+type Explained struct {
+	Trace       *trace.Trace  `json:"trace"`
+	Graph       graph.Graph   `json:"graph"`
+	Explanation explain.Trace `json:"explanation"`
+}
+
+// Validate checks what a consumer relies on.
+func (e *Explained) Validate() error { return checkTrace(e.Trace) }
+
+// Reported is published on troy.report.<run>: the finished audit and its
+// markdown rendering.
+type Reported struct {
+	Audit    *report.Audit `json:"audit"`
+	Markdown string        `json:"markdown"`
+}
+
+// Validate checks what a consumer relies on.
+func (r *Reported) Validate() error {
+	if r.Audit == nil {
+		return errors.New("report without audit")
+	}
+	return checkTrace(r.Audit.Trace)
+}
+
+// Rejected is published on troy.rejected.<run> for input that is not a valid
+// trace, with every problem found.
+type Rejected struct {
+	Source   string          `json:"source,omitempty"`
+	TraceID  string          `json:"trace_id,omitempty"`
+	Problems []trace.Problem `json:"problems"`
+}
+
+// Validate checks what a consumer relies on.
+func (r *Rejected) Validate() error {
+	if len(r.Problems) == 0 {
+		return errors.New("rejection without problems")
+	}
+	return nil
+}
+
+func checkTrace(t *trace.Trace) error {
+	if t == nil || t.TraceID == "" || len(t.Steps) == 0 {
+		return errors.New("message carries no trace (trace_id and steps are required)")
+	}
+	for i, s := range t.Steps {
+		if s == nil {
+			return fmt.Errorf("trace %s: steps[%d] is null", t.TraceID, i)
+		}
+	}
+	return nil
+}
+
+// validator is every payload type.
+type validator interface{ Validate() error }
+
+// Decode unmarshals and validates a payload; any failure means the message
+// can never be processed.
+func Decode[T any, P interface {
+	*T
+	validator
+}](data []byte) (P, error) {
+	p := P(new(T))
+	if err := json.Unmarshal(data, p); err != nil {
+		return nil, fmt.Errorf("malformed %T: %w", p, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("malformed %T: %w", p, err)
+	}
+	return p, nil
+}

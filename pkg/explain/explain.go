@@ -1,0 +1,202 @@
+// Package explain says, for every step of a trace, why it happened, what data
+// it touched and what risks it carries. This file holds the shared types and
+// the offline heuristic explainer; an LLM explainer fills the same types.
+package explain
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// SourceHeuristic marks explanations made without an LLM.
+const SourceHeuristic = "heuristic"
+
+// Step explains one step.
+type Step struct {
+	StepID       string   `json:"step_id"`
+	Source       string   `json:"source"`
+	Why          string   `json:"why"`
+	DataAccessed []string `json:"data_accessed"`
+	FedBy        []string `json:"fed_by"`
+	Alternatives string   `json:"alternatives,omitempty"`
+	Risks        []string `json:"risks"`
+	Confidence   float64  `json:"confidence,omitempty"`
+}
+
+// Trace explains a whole trace: every step by id, and a summary.
+type Trace struct {
+	Source  string          `json:"source"`
+	Summary string          `json:"summary"`
+	Steps   map[string]Step `json:"steps"`
+}
+
+var (
+	sqlPattern       = regexp.MustCompile(`(?i)\b(select\s.+\sfrom|insert\s+into|update\s+\w+\s+set|delete\s+from|drop\s+(table|database)|union\s+select)\b`)
+	injectionPattern = regexp.MustCompile(`(?i)ignore (all )?(previous|prior) instructions|disregard (the|all|your) (previous|prior|above)|you are now|system update|run as admin|do not tell the user`)
+	sensitiveClasses = map[string]bool{"pii": true, "phi": true, "pci": true, "secret": true, "confidential": true, "sensitive": true, "credentials": true}
+)
+
+const maxDataAccessed = 12
+
+// Heuristic explains a trace from its metadata, data and execution graph alone.
+func Heuristic(t *trace.Trace, g graph.Graph) Trace {
+	fedBy := g.FedBy()
+	out := Trace{Source: SourceHeuristic, Steps: make(map[string]Step, len(t.Steps))}
+	sensitive := map[string]string{} // step id -> its data classification
+	agentAdmin := strings.EqualFold(str(t.Metadata, "permission_level"), "admin")
+	risky := 0
+	for _, s := range t.Steps {
+		class := strings.ToLower(str(s.Metadata, "data_classification"))
+		if sensitiveClasses[class] {
+			sensitive[s.StepID] = class
+		}
+		e := Step{
+			StepID:       s.StepID,
+			Source:       SourceHeuristic,
+			Why:          why(s),
+			DataAccessed: dataAccessed(s),
+			FedBy:        nonNil(fedBy[s.StepID]),
+			Risks:        []string{},
+		}
+		if sensitiveClasses[class] {
+			e.Risks = append(e.Risks, fmt.Sprintf("handles %s data", class))
+		}
+		external := strings.EqualFold(str(s.Metadata, "network_zone"), "external")
+		if external {
+			e.Risks = append(e.Risks, "reaches a network outside the organisation")
+		}
+		for _, from := range e.FedBy {
+			if c, ok := sensitive[from]; ok && (external || s.Type == trace.TypeToolCall) {
+				e.Risks = append(e.Risks, fmt.Sprintf("receives %s data from step %s", c, from))
+			}
+		}
+		if strings.EqualFold(str(s.Metadata, "permission_level"), "admin") && !agentAdmin {
+			e.Risks = append(e.Risks, "runs with admin permission the agent does not hold")
+		}
+		if b, _ := s.Metadata["requires_approval"].(bool); b && s.Metadata["approval_token"] == nil {
+			e.Risks = append(e.Risks, "requires approval but carries no approval token")
+		}
+		in := policy.Text(s.Input)
+		if s.Type == trace.TypeToolCall && sqlPattern.MatchString(in) {
+			e.Risks = append(e.Risks, "runs raw SQL")
+		}
+		if injectionPattern.MatchString(in) || injectionPattern.MatchString(policy.Text(s.Output)) {
+			e.Risks = append(e.Risks, "contains text that reads like a prompt injection")
+		}
+		if len(e.Risks) > 0 {
+			risky++
+		}
+		out.Steps[s.StepID] = e
+	}
+	out.Summary = summary(t, g, risky)
+	return out
+}
+
+func why(s *trace.Step) string {
+	desc := strings.TrimSpace(s.Description)
+	var act string
+	switch s.Type {
+	case trace.TypeToolCall:
+		act = "called a tool"
+		if s.Name != "" {
+			act = "called the tool " + s.Name
+		}
+	case trace.TypeLLMCall:
+		act = "asked a model"
+		if s.Name != "" {
+			act = "asked the model " + s.Name
+		}
+	case trace.TypeDecision:
+		act = "made a decision"
+	case trace.TypeObservation:
+		act = "observed a result"
+	}
+	if desc == "" {
+		return "The agent " + act + "."
+	}
+	return fmt.Sprintf("The agent %s to %s.", act, strings.TrimSuffix(lowerFirst(desc), "."))
+}
+
+// dataAccessed names the fields a step read and wrote, e.g. input.query.
+func dataAccessed(s *trace.Step) []string {
+	out := []string{}
+	for _, side := range []struct {
+		name string
+		v    any
+	}{{"input", s.Input}, {"output", s.Output}} {
+		m, ok := side.v.(map[string]any)
+		if !ok {
+			if side.v != nil {
+				out = append(out, side.name)
+			}
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if len(out) == maxDataAccessed {
+				return out
+			}
+			out = append(out, side.name+"."+k)
+		}
+	}
+	return out
+}
+
+func summary(t *trace.Trace, g graph.Graph, risky int) string {
+	counts := map[string]int{}
+	var tools []string
+	for _, s := range t.Steps {
+		counts[s.Type]++
+		if s.Type == trace.TypeToolCall && s.Name != "" && !slices.Contains(tools, s.Name) {
+			tools = append(tools, s.Name)
+		}
+	}
+	var parts []string
+	for _, typ := range trace.StepTypes {
+		if n := counts[typ]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, strings.ReplaceAll(typ, "_", " ")))
+		}
+	}
+	flows := 0
+	for _, e := range g.Edges {
+		if e.Kind == graph.KindDataFlow {
+			flows++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s ran %d steps (%s)", t.AgentName, len(t.Steps), strings.Join(parts, ", "))
+	if len(tools) > 0 {
+		fmt.Fprintf(&b, " using %s", strings.Join(tools, ", "))
+	}
+	fmt.Fprintf(&b, "; data flowed between steps %d times; %d of %d steps carry a risk.", flows, risky, len(t.Steps))
+	return b.String()
+}
+
+func str(m map[string]any, k string) string {
+	s, _ := m[k].(string)
+	return s
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func lowerFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	r := []rune(s)
+	if len(r) > 1 && r[1] >= 'A' && r[1] <= 'Z' { // an acronym: keep it
+		return s
+	}
+	return strings.ToLower(string(r[0])) + string(r[1:])
+}

@@ -1,0 +1,130 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Lookup walks a dotted path ("metadata.data_classification", "input.args.0")
+// through steps, maps and lists; ok is false when any part is missing.
+func Lookup(v any, path string) (any, bool) {
+	cur := v
+	for path != "" {
+		key := path
+		if i := strings.IndexByte(path, '.'); i >= 0 {
+			key, path = path[:i], path[i+1:]
+		} else {
+			path = ""
+		}
+		switch c := cur.(type) {
+		case *trace.Step:
+			if c == nil {
+				return nil, false
+			}
+			val, ok := c.Field(key)
+			if !ok {
+				return nil, false
+			}
+			cur = val
+		case map[string]any:
+			val, ok := c[key]
+			if !ok {
+				return nil, false
+			}
+			cur = val
+		case []any:
+			n, err := strconv.Atoi(key)
+			if err != nil || n < 0 || n >= len(c) {
+				return nil, false
+			}
+			cur = c[n]
+		case []*trace.Step:
+			n, err := strconv.Atoi(key)
+			if err != nil || n < 0 || n >= len(c) {
+				return nil, false
+			}
+			cur = c[n]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// get(d, path[, default]): safe nested access. A missing or null value gives
+// the default (nil when none is given).
+func get(params ...any) (any, error) {
+	if len(params) < 2 || len(params) > 3 {
+		return nil, fmt.Errorf("get takes 2 or 3 arguments (value, 'a.b.c', default), got %d", len(params))
+	}
+	path, ok := params[1].(string)
+	if !ok {
+		return nil, fmt.Errorf("get: the path must be a string such as 'metadata.tool', not %T", params[1])
+	}
+	var def any
+	if len(params) == 3 {
+		def = params[2]
+	}
+	v, found := Lookup(params[0], path)
+	if !found || v == nil {
+		return def, nil
+	}
+	return v, nil
+}
+
+var regexCache sync.Map // pattern -> *regexp.Regexp
+
+func compileRegex(pattern string) (*regexp.Regexp, error) {
+	if re, ok := regexCache.Load(pattern); ok {
+		return re.(*regexp.Regexp), nil
+	}
+	re, err := regexp.Compile("(?i)" + pattern)
+	if err != nil {
+		return nil, fmt.Errorf("matches: bad pattern %q: %w", pattern, err)
+	}
+	regexCache.Store(pattern, re)
+	return re, nil
+}
+
+// matches(text, pattern): case-insensitive regular-expression search. Text
+// that is not a string is searched as its JSON.
+func matches(params ...any) (any, error) {
+	if len(params) != 2 {
+		return nil, fmt.Errorf("matches takes 2 arguments (text, pattern), got %d", len(params))
+	}
+	pattern, ok := params[1].(string)
+	if !ok {
+		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
+	}
+	re, err := compileRegex(pattern)
+	if err != nil {
+		return nil, err
+	}
+	return re.MatchString(Text(params[0])), nil
+}
+
+// Text renders any value as searchable text: strings as they are, nil as "",
+// everything else as JSON.
+func Text(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(x)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}

@@ -1,0 +1,214 @@
+// Package policy loads troy policies and evaluates their expr-lang conditions
+// over canonical traces.
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Severities, most severe first.
+const (
+	SeverityCritical = "critical"
+	SeverityHigh     = "high"
+	SeverityMedium   = "medium"
+	SeverityLow      = "low"
+)
+
+// Severities lists the accepted severities, most severe first.
+var Severities = []string{SeverityCritical, SeverityHigh, SeverityMedium, SeverityLow}
+
+// SeverityRank orders severities: higher is more severe; 0 means unknown.
+func SeverityRank(s string) int {
+	for i, v := range Severities {
+		if v == s {
+			return len(Severities) - i
+		}
+	}
+	return 0
+}
+
+// Default values applied to rules that leave them out.
+const (
+	DefaultSeverity = SeverityMedium
+	DefaultWeight   = 10
+)
+
+// Policy is a set of rules, versioned by the hash of its normalised content.
+type Policy struct {
+	PolicyID    string `json:"policy_id" jsonschema:"minLength=1"`
+	Description string `json:"description,omitempty"`
+	Rules       []Rule `json:"rules" jsonschema:"minItems=1"`
+}
+
+// Rule flags every step on which its condition is true.
+type Rule struct {
+	RuleID      string `json:"rule_id" jsonschema:"minLength=1"`
+	Description string `json:"description,omitempty"`
+	Condition   string `json:"condition" jsonschema:"minLength=1"`
+	Severity    string `json:"severity,omitempty" jsonschema:"enum=critical,enum=high,enum=medium,enum=low,default=medium"`
+	Weight      *int   `json:"weight,omitempty" jsonschema:"minimum=0,default=10"`
+}
+
+// WeightOrDefault is the rule's weight, DefaultWeight when unset.
+func (r Rule) WeightOrDefault() int {
+	if r.Weight == nil {
+		return DefaultWeight
+	}
+	return *r.Weight
+}
+
+// Problem is one thing wrong with a policy, located by rule and, for
+// conditions, by line and column inside the condition.
+type Problem struct {
+	RuleID  string `json:"rule_id,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.RuleID != "" {
+		fmt.Fprintf(&b, "rule %q", p.RuleID)
+	}
+	if p.Field != "" {
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(p.Field)
+	}
+	if p.Line > 0 {
+		fmt.Fprintf(&b, " (line %d, column %d)", p.Line, p.Column)
+	}
+	if b.Len() > 0 {
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// Error lists every problem found in a policy.
+type Error struct {
+	Source   string // file name, when loaded from a file
+	Problems []Problem
+}
+
+// ErrInvalid is matched by errors.Is for every *Error.
+var ErrInvalid = errors.New("invalid policy")
+
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("invalid policy")
+	if e.Source != "" {
+		b.WriteString(" " + e.Source)
+	}
+	b.WriteString(":")
+	for _, p := range e.Problems {
+		b.WriteString("\n  - " + p.String())
+	}
+	return b.String()
+}
+
+// Load reads a policy file (JSON or YAML) and validates it.
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	p, err := Parse(data)
+	var pe *Error
+	if errors.As(err, &pe) {
+		pe.Source = filepath.Base(path)
+	}
+	return p, err
+}
+
+// Parse decodes a policy document (JSON or YAML), applies defaults and checks
+// every field. Conditions are checked by Compile.
+func Parse(data []byte) (*Policy, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, &Error{Problems: []Problem{{Message: "not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")}}}
+	}
+	var p Policy
+	dec := json.NewDecoder(strings.NewReader(string(js)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, &Error{Problems: []Problem{{Message: "policy shape: " + err.Error() +
+			" (expected policy_id, description, rules[] of rule_id, description, condition, severity, weight)"}}}
+	}
+	if probs := p.normalize(); len(probs) > 0 {
+		return nil, &Error{Problems: probs}
+	}
+	return &p, nil
+}
+
+func (p *Policy) normalize() []Problem {
+	var probs []Problem
+	if strings.TrimSpace(p.PolicyID) == "" {
+		probs = append(probs, Problem{Field: "policy_id", Message: "missing: give the policy an id"})
+	}
+	if len(p.Rules) == 0 {
+		probs = append(probs, Problem{Field: "rules", Message: "no rules: a policy needs at least one rule"})
+	}
+	seen := map[string]int{}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		id := r.RuleID
+		if strings.TrimSpace(id) == "" {
+			probs = append(probs, Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: "missing: every rule needs an id"})
+			id = fmt.Sprintf("rules[%d]", i)
+		} else if j, dup := seen[id]; dup {
+			probs = append(probs, Problem{RuleID: id, Field: "rule_id", Message: fmt.Sprintf("duplicate: rules[%d] and rules[%d] share it; rule ids must be unique", j, i)})
+		} else {
+			seen[id] = i
+		}
+		if strings.TrimSpace(r.Condition) == "" {
+			probs = append(probs, Problem{RuleID: id, Field: "condition", Message: "missing: write an expression such as step.type == 'tool_call'"})
+		}
+		r.Severity = strings.ToLower(strings.TrimSpace(r.Severity))
+		if r.Severity == "" {
+			r.Severity = DefaultSeverity
+		}
+		if SeverityRank(r.Severity) == 0 {
+			probs = append(probs, Problem{RuleID: id, Field: "severity", Message: fmt.Sprintf("%q is not one of %s", r.Severity, strings.Join(Severities, ", "))})
+		}
+		if r.Weight == nil {
+			w := DefaultWeight
+			r.Weight = &w
+		} else if *r.Weight < 0 {
+			probs = append(probs, Problem{RuleID: id, Field: "weight", Message: fmt.Sprintf("%d is negative: weights count toward a 0–100 risk score", *r.Weight)})
+		}
+	}
+	return probs
+}
+
+// Hash is the policy's content hash: the SHA-256 of its normalised JSON, so
+// the same rules give the same hash whether written in YAML or JSON.
+func (p *Policy) Hash() string {
+	b, _ := json.Marshal(p) // a Policy always marshals
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Rule returns the rule with the given id.
+func (p *Policy) Rule(id string) (Rule, bool) {
+	for _, r := range p.Rules {
+		if r.RuleID == id {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}

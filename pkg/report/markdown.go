@@ -1,0 +1,138 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/policy"
+)
+
+// Markdown renders one audit as a report a person reads top to bottom:
+// verdict first, then violations, then each step with its explanation.
+func Markdown(a *Audit) []byte {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	t := a.Trace
+	w("# Audit report: %s\n\n", mdText(t.TraceID))
+	w("| | |\n|---|---|\n")
+	w("| Agent | %s |\n", mdText(t.AgentName))
+	w("| Steps | %d |\n", len(t.Steps))
+	w("| Policy | %s (`%s`) |\n", mdText(a.PolicyID), ShortHash(a.PolicyHash))
+	w("| Risk score | **%d / 100** |\n", a.RiskScore)
+	w("| Violations | %s |\n", SeverityLine(a.SeverityCounts))
+	w("| Explanations | %s |\n", a.ExplanationSource)
+	w("| Generated | %s |\n\n", a.GeneratedAt.UTC().Format("2006-01-02 15:04:05 MST"))
+
+	w("## Summary\n\n%s\n\n", mdText(a.Summary))
+
+	w("## Violations\n\n")
+	if len(a.Violations) == 0 {
+		w("None: no rule of the policy fired on this trace.\n\n")
+	} else {
+		w("| Severity | Rule | Step | Weight | Description |\n|---|---|---|---|---|\n")
+		for _, v := range a.Violations {
+			w("| %s | `%s` | %d · `%s` | %d | %s |\n", v.Severity, v.RuleID, v.StepIndex, v.StepID, v.Weight, mdText(v.Description))
+		}
+		w("\n")
+	}
+	if len(a.RuleErrors) > 0 {
+		w("## Rule errors\n\nThese conditions failed to evaluate; the rest of the audit went on. Fix the rule (see `troy policies lint`) and audit again.\n\n")
+		w("| Rule | Step | Error |\n|---|---|---|\n")
+		for _, e := range a.RuleErrors {
+			w("| `%s` | %d · `%s` | %s |\n", e.RuleID, e.StepIndex, e.StepID, mdText(firstLine(e.Error)))
+		}
+		w("\n")
+	}
+
+	byStep := map[string][]policy.Violation{}
+	for _, v := range a.Violations {
+		byStep[v.StepID] = append(byStep[v.StepID], v)
+	}
+	w("## Steps\n\n")
+	for i, s := range t.Steps {
+		name := ""
+		if s.Name != "" {
+			name = " · " + mdText(s.Name)
+		}
+		w("### %d. `%s` · %s%s\n\n", i, s.StepID, s.Type, name)
+		if s.Description != "" {
+			w("%s\n\n", mdText(s.Description))
+		}
+		if e, ok := a.Explanations[s.StepID]; ok {
+			w("- **Why:** %s\n", mdText(e.Why))
+			if len(e.DataAccessed) > 0 {
+				w("- **Data:** %s\n", code(e.DataAccessed))
+			}
+			if len(e.FedBy) > 0 {
+				w("- **Fed by:** %s\n", code(e.FedBy))
+			}
+			for _, r := range e.Risks {
+				w("- **Risk:** %s\n", mdText(r))
+			}
+		}
+		for _, v := range byStep[s.StepID] {
+			w("- ⚠ **%s** `%s`: %s\n", strings.ToUpper(v.Severity), v.RuleID, mdText(v.Description))
+		}
+		w("\n")
+	}
+
+	var flows []graph.Edge
+	for _, e := range a.Graph.Edges {
+		if e.Kind == graph.KindDataFlow {
+			flows = append(flows, e)
+		}
+	}
+	w("## Data flow\n\n")
+	if len(flows) == 0 {
+		w("No step's input carried a value an earlier step produced.\n")
+	} else {
+		for _, e := range flows {
+			w("- `%s` → `%s`: %s\n", e.From, e.To, mdText(e.Value))
+		}
+	}
+	return []byte(b.String())
+}
+
+// SeverityLine renders counts as "1 critical, 2 high" (or "none").
+func SeverityLine(counts map[string]int) string {
+	var parts []string
+	for _, s := range policy.Severities {
+		if n := counts[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ShortHash shortens "sha256:abcdef…" for display.
+func ShortHash(h string) string {
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+var mdEscaper = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;")
+
+// mdText keeps untrusted trace text from breaking tables or injecting HTML.
+func mdText(s string) string { return mdEscaper.Replace(s) }
+
+func code(items []string) string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = "`" + strings.ReplaceAll(s, "`", "'") + "`"
+	}
+	return strings.Join(out, ", ")
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

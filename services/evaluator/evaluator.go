@@ -1,0 +1,103 @@
+// Package evaluator is the service that checks every step of a trace against
+// the policy version its message names.
+package evaluator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+)
+
+// Consumer is the durable consumer this service reads (troy.graph.>).
+const Consumer = "evaluator"
+
+// Produces lists the stages this service publishes to.
+var Produces = []string{bus.StageEval}
+
+// Config tunes the service.
+type Config struct {
+	Workers int
+	// Default evaluates traces whose messages name no policy (live traces).
+	Default *policy.Engine
+}
+
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config { return Config{Workers: 8} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("evaluator: workers must be at least 1, got %d", c.Workers)
+	}
+	return nil
+}
+
+// Service is the evaluator stage.
+type Service struct {
+	deps     bus.Deps
+	cfg      Config
+	policies *policystore.Store
+}
+
+// New builds the service.
+func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	store, err := policystore.Open(ctx, deps.JS)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Default != nil {
+		store.Add(cfg.Default)
+	}
+	return &Service{deps: deps, cfg: cfg, policies: store}, nil
+}
+
+// Run consumes until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
+	g, err := events.Decode[events.Graphed](m.Data())
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	engine, err := s.engine(ctx, m.Headers().Get(bus.HeaderPolicy))
+	if err != nil {
+		return err
+	}
+	res := events.Evaluated{TraceID: g.Trace.TraceID, PolicyID: engine.Policy().PolicyID, PolicyHash: engine.Hash(),
+		Result: engine.Evaluate(g.Trace)}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out := bus.Forward(m.Headers(), m, g.Trace.TraceID)
+	out.Set(bus.HeaderPolicy, engine.Hash())
+	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageEval, bus.RunOf(m.Subject())), Data: body,
+		Header: out, MsgID: bus.MsgID(bus.StageEval, out.Get(bus.HeaderKey), engine.Hash())})
+}
+
+func (s *Service) engine(ctx context.Context, hash string) (*policy.Engine, error) {
+	if hash == "" {
+		if s.cfg.Default == nil {
+			return nil, bus.Permanentf("message names no policy (%s header) and this evaluator has no default: start it with --policy", bus.HeaderPolicy)
+		}
+		return s.cfg.Default, nil
+	}
+	e, err := s.policies.Engine(ctx, hash)
+	if errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid) {
+		return nil, bus.Permanent(err)
+	}
+	return e, err
+}

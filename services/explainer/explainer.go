@@ -1,0 +1,94 @@
+// Package explainer is the service that explains every step of a trace. It
+// runs beside the evaluator, so violations never wait for it.
+package explainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/explain"
+	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Consumer is the durable consumer this service reads (troy.graph.>).
+const Consumer = "explainer"
+
+// Produces lists the stages this service publishes to.
+var Produces = []string{bus.StageExplain}
+
+// Explainer explains one trace. The offline heuristic is the default; an LLM
+// explainer replaces it without changing the stage.
+type Explainer interface {
+	Explain(ctx context.Context, t *trace.Trace, g graph.Graph) (explain.Trace, error)
+}
+
+// Heuristic is the offline explainer.
+type Heuristic struct{}
+
+// Explain implements Explainer.
+func (Heuristic) Explain(_ context.Context, t *trace.Trace, g graph.Graph) (explain.Trace, error) {
+	return explain.Heuristic(t, g), nil
+}
+
+// Config tunes the service.
+type Config struct {
+	Workers   int
+	Explainer Explainer
+}
+
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config { return Config{Workers: 8, Explainer: Heuristic{}} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("explainer: workers must be at least 1, got %d", c.Workers)
+	}
+	if c.Explainer == nil {
+		return fmt.Errorf("explainer: no explainer configured")
+	}
+	return nil
+}
+
+// Service is the explainer stage.
+type Service struct {
+	deps bus.Deps
+	cfg  Config
+}
+
+// New builds the service.
+func New(deps bus.Deps, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{deps: deps, cfg: cfg}, nil
+}
+
+// Run consumes until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
+	g, err := events.Decode[events.Graphed](m.Data())
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	ex, err := s.cfg.Explainer.Explain(ctx, g.Trace, g.Graph)
+	if err != nil {
+		return fmt.Errorf("explain %s: %w", g.Trace.TraceID, err)
+	}
+	body, err := json.Marshal(events.Explained{Trace: g.Trace, Graph: g.Graph, Explanation: ex})
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	out := bus.Forward(m.Headers(), m, g.Trace.TraceID)
+	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageExplain, bus.RunOf(m.Subject())), Data: body,
+		Header: out, MsgID: bus.MsgID(bus.StageExplain, out.Get(bus.HeaderKey), "")})
+}

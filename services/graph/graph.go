@@ -1,0 +1,74 @@
+// Package graph is the service that adds the execution graph to each
+// canonical trace.
+package graph
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	pgraph "github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Consumer is the durable consumer this service reads (troy.trace.>).
+const Consumer = "graph"
+
+// Produces lists the stages this service publishes to.
+var Produces = []string{bus.StageGraph}
+
+// Config tunes the service.
+type Config struct{ Workers int }
+
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config { return Config{Workers: 8} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("graph: workers must be at least 1, got %d", c.Workers)
+	}
+	return nil
+}
+
+// Service is the graph stage.
+type Service struct {
+	deps bus.Deps
+	cfg  Config
+}
+
+// New builds the service.
+func New(deps bus.Deps, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{deps: deps, cfg: cfg}, nil
+}
+
+// Run consumes until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
+	var tr trace.Trace
+	if err := json.Unmarshal(m.Data(), &tr); err != nil {
+		return bus.Permanentf("malformed canonical trace: %w", err)
+	}
+	g := events.Graphed{Trace: &tr}
+	if err := g.Validate(); err != nil {
+		return bus.Permanent(err)
+	}
+	g.Graph = pgraph.Build(&tr)
+	body, err := json.Marshal(g)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	h := m.Headers()
+	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageGraph, bus.RunOf(m.Subject())), Data: body,
+		Header: bus.Forward(h, m, tr.TraceID), MsgID: bus.MsgID(bus.StageGraph, bus.KeyOf(m, tr.TraceID), h.Get(bus.HeaderPolicy))})
+}

@@ -1,0 +1,96 @@
+// Package ingest is the service that turns raw trace documents into canonical
+// traces, or into rejections that list every problem found.
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Consumer is the durable consumer this service reads (troy.ingest.>).
+const Consumer = "ingest"
+
+// Produces lists the stages this service publishes to.
+var Produces = []string{bus.StageTrace, bus.StageRejected}
+
+// Config tunes the service.
+type Config struct {
+	Workers int
+	Limits  trace.Limits
+}
+
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config { return Config{Workers: 8, Limits: trace.DefaultLimits()} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("ingest: workers must be at least 1, got %d", c.Workers)
+	}
+	if c.Limits.MaxBytes < 0 || c.Limits.MaxSteps < 0 {
+		return errors.New("ingest: limits must not be negative")
+	}
+	return nil
+}
+
+// Service is the ingest stage.
+type Service struct {
+	deps bus.Deps
+	cfg  Config
+}
+
+// New builds the service.
+func New(deps bus.Deps, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{deps: deps, cfg: cfg}, nil
+}
+
+// Run consumes until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
+	in := m.Headers()
+	run := bus.RunOf(m.Subject())
+	if !bus.ValidRun(run) {
+		return bus.Permanentf("subject %q has no valid run token (want troy.ingest.<run>)", m.Subject())
+	}
+	source := in.Get(bus.HeaderSource)
+	out := bus.Forward(in, m, "")
+	out.Set(bus.HeaderRun, run)
+	policyHash := in.Get(bus.HeaderPolicy)
+
+	tr, err := trace.Parse(m.Data(), s.cfg.Limits)
+	var invalid *trace.InvalidError
+	if errors.As(err, &invalid) {
+		key := bus.Key(run, source, invalid.TraceID)
+		out.Set(bus.HeaderKey, key)
+		body, _ := json.Marshal(events.Rejected{Source: source, TraceID: invalid.TraceID, Problems: invalid.Problems})
+		s.deps.Log.Info().Str("run", run).Str("source", source).Str("trace_id", invalid.TraceID).
+			Int("problems", len(invalid.Problems)).Msg("trace rejected")
+		return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageRejected, run), Data: body, Header: out,
+			MsgID: bus.MsgID(bus.StageRejected, key, policyHash)})
+	}
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	key := bus.Key(run, source, tr.TraceID)
+	out.Set(bus.HeaderKey, key)
+	body, err := json.Marshal(tr)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("encode trace %s: %w", tr.TraceID, err))
+	}
+	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageTrace, run), Data: body, Header: out,
+		MsgID: bus.MsgID(bus.StageTrace, key, policyHash)})
+}
