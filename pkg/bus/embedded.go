@@ -74,6 +74,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		opts.DontListen = true
 	} else {
 		host, port, _ := splitHostPort(cfg.Listen)
+		if port == 0 {
+			port = server.RANDOM_PORT // nats-server reads 0 as "the default, 4222"
+		}
 		opts.Host, opts.Port = host, port
 	}
 	ns, err := server.NewServer(opts)

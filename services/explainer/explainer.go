@@ -36,6 +36,9 @@ func (Heuristic) Explain(_ context.Context, t *trace.Trace, g graph.Graph) (expl
 	return explain.Heuristic(t, g), nil
 }
 
+// MustExplain explains a trace with an empty graph (tests and tools).
+func (Heuristic) MustExplain(t *trace.Trace) explain.Trace { return explain.Heuristic(t, graph.Graph{}) }
+
 // Config tunes the service.
 type Config struct {
 	Workers   int

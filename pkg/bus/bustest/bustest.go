@@ -1,0 +1,65 @@
+// Package bustest starts a real embedded JetStream server for tests: random
+// port, temporary store, shut down when the test ends.
+package bustest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/troy-audit/troy/pkg/bus"
+)
+
+// Server is a running test server with a connection to it.
+type Server struct {
+	Embedded *bus.Embedded
+	URL      string
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+}
+
+// RunServer starts JetStream on 127.0.0.1 with a random port and a store in
+// t.TempDir().
+func RunServer(t testing.TB) *Server {
+	t.Helper()
+	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("bustest: start server: %v", err)
+	}
+	nc, err := nats.Connect(emb.ClientURL())
+	if err != nil {
+		emb.Shutdown()
+		t.Fatalf("bustest: connect: %v", err)
+	}
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		emb.Shutdown()
+	})
+	return &Server{Embedded: emb, URL: emb.ClientURL(), NC: nc, JS: js}
+}
+
+// Provisioned starts a server with troy's topology in place and returns the
+// service dependencies for it.
+func Provisioned(t testing.TB) (*Server, bus.Deps) {
+	t.Helper()
+	s := RunServer(t)
+	deps, err := bus.NewDeps(s.JS, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.Provision(ctx, s.JS, deps.Topology); err != nil {
+		t.Fatalf("bustest: provision: %v", err)
+	}
+	return s, deps
+}

@@ -1,0 +1,9 @@
+package services_test
+
+import (
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+type traceT = trace.Trace
+
+func parseTrace(b []byte) (*trace.Trace, error) { return trace.Parse(b, trace.DefaultLimits()) }

@@ -1,0 +1,311 @@
+// Component tests of the services together on a real embedded JetStream
+// server: the happy path, the dead-letter path of every stage, and the
+// reporter's durable join.
+package services_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/auditor"
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/report"
+	"github.com/troy-audit/troy/services/evaluator"
+	"github.com/troy-audit/troy/services/explainer"
+	"github.com/troy-audit/troy/services/graph"
+	"github.com/troy-audit/troy/services/ingest"
+	"github.com/troy-audit/troy/services/reporter"
+	"github.com/troy-audit/troy/services/scorer"
+)
+
+type runner interface{ Run(context.Context) error }
+
+// start runs services until the test ends and checks they stop cleanly.
+func start(t *testing.T, rs ...runner) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, len(rs))
+	for _, r := range rs {
+		wg.Go(func() { errs <- r.Run(ctx) })
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				assert.NoError(t, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func all(t *testing.T, deps bus.Deps) []runner {
+	t.Helper()
+	ctx := context.Background()
+	in, err := ingest.New(deps, ingest.DefaultConfig())
+	require.NoError(t, err)
+	gr, err := graph.New(deps, graph.DefaultConfig())
+	require.NoError(t, err)
+	ev, err := evaluator.New(ctx, deps, evaluator.DefaultConfig())
+	require.NoError(t, err)
+	ex, err := explainer.New(deps, explainer.DefaultConfig())
+	require.NoError(t, err)
+	sc, err := scorer.New(deps, scorer.DefaultConfig())
+	require.NoError(t, err)
+	rp, err := reporter.New(ctx, deps, reporter.DefaultConfig())
+	require.NoError(t, err)
+	return []runner{in, gr, ev, ex, sc, rp}
+}
+
+func examplePolicy(t *testing.T) *policy.Engine {
+	t.Helper()
+	p, err := policy.Load("../examples/policy.yaml")
+	require.NoError(t, err)
+	e, err := policy.Compile(p)
+	require.NoError(t, err)
+	return e
+}
+
+func TestPipelineAuditsExamplesAndRejectsBadInput(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	start(t, all(t, deps)...)
+
+	files, total, err := auditor.ListDir("../examples/traces")
+	require.NoError(t, err)
+	inputs := func(yield func(auditor.Input) bool) {
+		for in := range auditor.ReadDir("../examples/traces", files) {
+			if !yield(in) {
+				return
+			}
+		}
+		yield(auditor.Input{Source: "broken.json", Data: []byte(`{"trace_id": "x", "steps": [{"step_id": "1", "type": "teleport"}]}`)})
+	}
+	var mu sync.Mutex
+	audits := map[string]report.Audit{}
+	sink := func(o auditor.Outcome) error {
+		if o.Audit != nil {
+			var a report.Audit
+			require.NoError(t, json.Unmarshal(o.Audit, &a))
+			mu.Lock()
+			audits[a.Trace.TraceID] = a
+			mu.Unlock()
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	engine := examplePolicy(t)
+	entries, err := auditor.Submit(ctx, srv.JS, auditor.Config{Run: "test1", Policy: engine, Window: 4}, inputs, total+1, sink)
+	require.NoError(t, err)
+	require.Len(t, entries, 7)
+
+	last := entries[6]
+	assert.Equal(t, report.StatusRejected, last.Status)
+	assert.Equal(t, "broken.json", last.Source)
+	assert.Equal(t, []string{
+		"agent_name: missing: agent_name is required",
+		`steps[0].type: "teleport" is not one of llm_call, tool_call, decision, observation`,
+	}, last.Problems)
+
+	rules := func(id string) []string {
+		var out []string
+		for _, v := range audits[id].Violations {
+			out = append(out, v.RuleID+"@"+v.StepID)
+		}
+		sort.Strings(out)
+		return out
+	}
+	assert.Equal(t, []string{"external-call-after-pii@s4", "pii-exfiltration@s2"}, rules("support-bot-pii-exfil-001"))
+	assert.Equal(t, []string{"action-after-injection@4", "external-communication@4", "prompt-injection@3"}, rules("inbox-assistant-injection-002"))
+	assert.Equal(t, []string{"privilege-escalation@a3", "shell-as-root@a3"}, rules("devops-agent-escalation-003"))
+	assert.Equal(t, []string{"missing-approval@b4"}, rules("billing-agent-approval-004"))
+	assert.Equal(t, []string{"destructive-sql@q3", "raw-sql@q2", "raw-sql@q3"}, rules("analytics-agent-sql-005"))
+	assert.Empty(t, rules("docs-helper-clean-006"))
+
+	a := audits["support-bot-pii-exfil-001"]
+	assert.Equal(t, engine.Hash(), a.PolicyHash)
+	assert.Equal(t, 70, a.RiskScore)
+	assert.Equal(t, "heuristic", a.ExplanationSource)
+	assert.Contains(t, a.Explanations["s4"].Risks, "receives pii data from step s2")
+	assert.Equal(t, []string{"s2"}, a.Explanations["s4"].FedBy)
+	assert.Equal(t, map[string]int{"critical": 1, "high": 1, "medium": 0, "low": 0}, a.SeverityCounts)
+}
+
+// TestMalformedMessagesAreDeadLettered publishes garbage on every stage's
+// subject: each lands on troy.dlq.<stage> with a reason, and nothing is left
+// pending or redelivered.
+func TestMalformedMessagesAreDeadLettered(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	start(t, all(t, deps)...)
+	dlq := subscribe(t, srv.NC, "troy.dlq.>")
+
+	validGraph, _ := json.Marshal(events.Graphed{Trace: mustTrace(t)})
+	cases := []struct {
+		subject string
+		stages  []string // every consumer of the subject dead-letters it
+		reason  string
+		data    []byte
+		header  nats.Header
+	}{
+		{"troy.ingest.not.a.run", []string{"ingest"}, "no valid run token", []byte(`{}`), nil},
+		{"troy.trace.r1", []string{"graph"}, "malformed canonical trace", []byte(`not json`), nil},
+		{"troy.trace.r1", []string{"graph"}, "carries no trace", []byte(`{"trace_id": "t"}`), nil},
+		{"troy.graph.r1", []string{"evaluator", "explainer"}, "malformed", []byte(`[1,2]`), nil},
+		{"troy.graph.r1", []string{"evaluator"}, "not in bucket", validGraph, nats.Header{bus.HeaderPolicy: {"sha256:0000"}}},
+		{"troy.eval.r1", []string{"scorer"}, "without trace_id", []byte(`{}`), nil},
+		{"troy.score.r1", []string{"reporter"}, "malformed", []byte(`{"trace_id": 5}`), nil},
+		{"troy.explain.r1", []string{"reporter"}, "carries no trace", []byte(`{}`), nil},
+	}
+	for _, c := range cases {
+		m := nats.NewMsg(c.subject)
+		m.Data = c.data
+		for k, v := range c.header {
+			m.Header[k] = v
+		}
+		_, err := srv.JS.PublishMsg(context.Background(), m)
+		require.NoError(t, err)
+		var stages []string
+		for range c.stages {
+			got := next(t, dlq)
+			stages = append(stages, got.Header.Get(bus.HeaderStage))
+			assert.Equal(t, "troy.dlq."+got.Header.Get(bus.HeaderStage), got.Subject)
+			assert.Equal(t, c.subject, got.Header.Get(bus.HeaderOrigin))
+			assert.Contains(t, got.Header.Get(bus.HeaderReason), c.reason, c.subject)
+			assert.Equal(t, c.data, got.Data, "the dead letter keeps the original body")
+		}
+		assert.ElementsMatch(t, c.stages, stages, c.subject)
+	}
+	select {
+	case extra := <-dlq:
+		t.Fatalf("unexpected dead letter from %s: %s", extra.Header.Get(bus.HeaderStage), extra.Header.Get(bus.HeaderReason))
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Dead letters are terminated: every consumer ends with nothing pending.
+	for _, name := range []string{"ingest", "graph", "evaluator", "scorer", "reporter"} {
+		c, _ := deps.Topology.Consumer(name)
+		require.Eventually(t, func() bool {
+			info, err := srv.JS.Consumer(context.Background(), c.Stream, name)
+			require.NoError(t, err)
+			ci, err := info.Info(context.Background())
+			require.NoError(t, err)
+			return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.NumRedelivered == 0
+		}, 10*time.Second, 20*time.Millisecond, name)
+	}
+}
+
+// TestReporterJoinSurvivesRestart stops the reporter between the two halves
+// of a trace: the half it stored in KV is still there when it comes back.
+func TestReporterJoinSurvivesRestart(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	reports := subscribe(t, srv.NC, "troy.report.>")
+	rp, err := reporter.New(context.Background(), deps, reporter.DefaultConfig())
+	require.NoError(t, err)
+	stop := start(t, rp)
+
+	tr := mustTrace(t)
+	h := nats.Header{bus.HeaderKey: {"k1"}, bus.HeaderSource: {"a.json"}}
+	sc, _ := json.Marshal(events.Scored{Evaluated: events.Evaluated{TraceID: tr.TraceID, PolicyID: "p", PolicyHash: "sha256:abc",
+		Result: policy.Result{Violations: []policy.Violation{}, RuleErrors: []policy.RuleError{}}}})
+	publish(t, srv.JS, "troy.score.r2", sc, h)
+	require.Eventually(t, func() bool {
+		kv, err := srv.JS.KeyValue(context.Background(), reporter.JoinBucket)
+		require.NoError(t, err)
+		_, err = kv.Get(context.Background(), "k1.score")
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "score half stored")
+	stop()
+
+	rp2, err := reporter.New(context.Background(), deps, reporter.DefaultConfig())
+	require.NoError(t, err)
+	start(t, rp2)
+	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explainer.Heuristic{}.MustExplain(tr)})
+	publish(t, srv.JS, "troy.explain.r2", ex, h)
+
+	got := next(t, reports)
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(got.Data, &rep))
+	assert.Equal(t, tr.TraceID, rep.Audit.Trace.TraceID)
+	assert.Equal(t, "sha256:abc", rep.Audit.PolicyHash)
+	assert.Equal(t, "a.json", got.Header.Get(bus.HeaderSource))
+	assert.Contains(t, rep.Markdown, "# Audit report: "+tr.TraceID)
+}
+
+func TestReporterWritesFilesWhenConfigured(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	dir := t.TempDir()
+	cfg := reporter.DefaultConfig()
+	cfg.Dir = dir
+	rp, err := reporter.New(context.Background(), deps, cfg)
+	require.NoError(t, err)
+	start(t, rp)
+	reports := subscribe(t, srv.NC, "troy.report.>")
+	tr := mustTrace(t)
+	h := nats.Header{bus.HeaderKey: {"k2"}}
+	sc, _ := json.Marshal(events.Scored{Evaluated: events.Evaluated{TraceID: tr.TraceID, PolicyID: "p", PolicyHash: "sha256:abc"}})
+	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explainer.Heuristic{}.MustExplain(tr)})
+	publish(t, srv.JS, "troy.explain.live", ex, h)
+	publish(t, srv.JS, "troy.score.live", sc, h)
+	next(t, reports)
+	for _, f := range []string{report.MarkdownFile, report.JSONFile} {
+		_, err := os.Stat(filepath.Join(dir, "live", tr.TraceID, f))
+		assert.NoError(t, err)
+	}
+}
+
+func mustTrace(t *testing.T) *traceT {
+	t.Helper()
+	tr, err := parseTrace([]byte(`{"trace_id":"join-1","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`))
+	require.NoError(t, err)
+	return tr
+}
+
+func publish(t *testing.T, js jetstream.JetStream, subject string, data []byte, h nats.Header) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = data
+	for k, v := range h {
+		m.Header[k] = v
+	}
+	_, err := js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+}
+
+func subscribe(t *testing.T, nc *nats.Conn, subject string) chan *nats.Msg {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return ch
+}
+
+func next(t *testing.T, ch chan *nats.Msg) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message within 15s")
+		return nil
+	}
+}
