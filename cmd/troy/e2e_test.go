@@ -358,4 +358,3 @@ func withoutTime(t *testing.T, b []byte) map[string]any {
 	delete(m, "generated_at")
 	return m
 }
-

@@ -37,7 +37,9 @@ func (Heuristic) Explain(_ context.Context, t *trace.Trace, g graph.Graph) (expl
 }
 
 // MustExplain explains a trace with an empty graph (tests and tools).
-func (Heuristic) MustExplain(t *trace.Trace) explain.Trace { return explain.Heuristic(t, graph.Graph{}) }
+func (Heuristic) MustExplain(t *trace.Trace) explain.Trace {
+	return explain.Heuristic(t, graph.Graph{})
+}
 
 // Config tunes the service.
 type Config struct {

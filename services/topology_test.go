@@ -1,0 +1,110 @@
+package services_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/auditor"
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/services/evaluator"
+	"github.com/troy-audit/troy/services/explainer"
+	"github.com/troy-audit/troy/services/graph"
+	"github.com/troy-audit/troy/services/ingest"
+	"github.com/troy-audit/troy/services/reporter"
+	"github.com/troy-audit/troy/services/scorer"
+)
+
+// What each service's code says it reads and writes.
+var services = []struct {
+	consumer string
+	consumes []string // stages
+	produces []string
+}{
+	{ingest.Consumer, []string{bus.StageIngest}, ingest.Produces},
+	{graph.Consumer, []string{bus.StageTrace}, graph.Produces},
+	{evaluator.Consumer, []string{bus.StageGraph}, evaluator.Produces},
+	{explainer.Consumer, []string{bus.StageGraph}, explainer.Produces},
+	{scorer.Consumer, []string{bus.StageEval}, scorer.Produces},
+	{reporter.Consumer, []string{bus.StageScore, bus.StageExplain}, reporter.Produces},
+}
+
+// subjectMatches implements NATS wildcard matching (* one token, > the rest).
+func subjectMatches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+func streamsFor(topo *pipelines.Topology, subject string) []string {
+	var out []string
+	for _, st := range topo.Streams {
+		for _, pat := range st.Subjects {
+			if subjectMatches(pat, subject) {
+				out = append(out, st.Name)
+			}
+		}
+	}
+	return out
+}
+
+func TestTopologyMatchesCode(t *testing.T) {
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+
+	used := map[string]bool{}
+	for _, svc := range services {
+		c, ok := topo.Consumer(svc.consumer)
+		require.True(t, ok, "service consumer %q is not in topology.yaml", svc.consumer)
+		used[c.Name] = true
+		var want []string
+		for _, st := range svc.consumes {
+			want = append(want, bus.Wildcard(st))
+			assert.Equal(t, []string{c.Stream}, streamsFor(topo, bus.Subject(st, "r")), "%s reads %s from its consumer's stream", svc.consumer, st)
+		}
+		assert.ElementsMatch(t, want, c.FilterSubjects, "consumer %s filters what the service reads", c.Name)
+		for _, st := range svc.produces {
+			assert.Len(t, streamsFor(topo, bus.Subject(st, "r")), 1, "%s publishes %s into exactly one stream", svc.consumer, st)
+		}
+	}
+	for _, c := range topo.Consumers {
+		assert.True(t, used[c.Name], "consumer %s in topology.yaml is read by no service", c.Name)
+		_, ok := topo.Stream(c.Stream)
+		assert.True(t, ok, "consumer %s names unknown stream %s", c.Name, c.Stream)
+	}
+	for _, st := range []string{bus.StageRejected, bus.StageDLQ} {
+		assert.Len(t, streamsFor(topo, bus.Subject(st, "r")), 1, "%s is stored", st)
+	}
+	assert.Equal(t, []string{auditor.OutcomesStream}, streamsFor(topo, bus.Subject(bus.StageReport, "r")))
+	var buckets []string
+	for _, b := range topo.Buckets {
+		buckets = append(buckets, b.Name)
+	}
+	for _, b := range []string{reporter.JoinBucket, policystore.Bucket} {
+		assert.True(t, slices.Contains(buckets, b), "bucket %s used in code is provisioned", b)
+	}
+	assert.Positive(t, topo.ConsumerDefaults.MaxDeliver, "dead-lettering needs a delivery limit")
+}
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	require.NoError(t, bus.Provision(context.Background(), srv.JS, deps.Topology), "second provisioning changes nothing and fails nothing")
+	for _, s := range deps.Topology.Streams {
+		_, err := srv.JS.Stream(context.Background(), s.Name)
+		assert.NoError(t, err, s.Name)
+	}
+}
