@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -55,6 +54,8 @@ const maxRuleErrors = 100
 type compiledRule struct {
 	Rule
 	program *vm.Program
+	guard   stepGuard
+	source  rewritten // to point runtime errors at the user's text
 }
 
 // Engine is a policy compiled once, safe for concurrent use.
@@ -70,12 +71,12 @@ func Compile(p *Policy) (*Engine, error) {
 	e := &Engine{policy: p, hash: p.Hash()}
 	var probs []Problem
 	for _, r := range p.Rules {
-		prog, prob := compileCondition(r)
+		prog, rw, prob := compileCondition(r)
 		if prob != nil {
 			probs = append(probs, *prob)
 			continue
 		}
-		e.rules = append(e.rules, compiledRule{Rule: r, program: prog})
+		e.rules = append(e.rules, compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw})
 	}
 	if len(probs) > 0 {
 		return nil, &Error{Problems: probs}
@@ -83,36 +84,38 @@ func Compile(p *Policy) (*Engine, error) {
 	return e, nil
 }
 
-func compileCondition(r Rule) (*vm.Program, *Problem) {
+func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 	rw, err := rewrite(r.Condition)
 	if err != nil {
-		return nil, conditionProblem(r, err, rewritten{src: r.Condition, origin: identity(r.Condition)})
+		return nil, rw, conditionProblem(r, err, rewritten{src: r.Condition, origin: identity(r.Condition)})
 	}
 	var patternErrs []error
 	prog, err := expr.Compile(rw.src,
-		expr.Env(&Env{}),
+		expr.Env(Env{}), // a value, so names compile to field loads; runs pass *Env
 		expr.AsBool(),
 		expr.DisableBuiltin("get"),
 		expr.Function("get", get,
 			new(func(any, string) any),
 			new(func(any, string, any) any)),
-		expr.Function(matchesFunc, matches, new(func(any, string) bool)),
-		expr.Patch(patternChecker{errs: &patternErrs}),
+		// the pattern parameter is `any`: patternCompiler swaps a constant
+		// pattern for its compiled matcher before type checking
+		expr.Function(matchesFunc, matches, new(func(any, any) bool)),
+		expr.Patch(patternCompiler{errs: &patternErrs}),
 	)
 	if err == nil && len(patternErrs) > 0 {
 		err = patternErrs[0]
 	}
 	if err != nil {
-		return nil, conditionProblem(r, err, rw)
+		return nil, rw, conditionProblem(r, err, rw)
 	}
-	return prog, nil
+	return prog, rw, nil
 }
 
-// patternChecker rejects bad constant regular expressions at load instead of
-// on every step.
-type patternChecker struct{ errs *[]error }
+// patternCompiler compiles constant patterns once, at load: a bad one is a
+// policy error there, a good one is never looked up again.
+type patternCompiler struct{ errs *[]error }
 
-func (c patternChecker) Visit(node *ast.Node) {
+func (c patternCompiler) Visit(node *ast.Node) {
 	call, ok := (*node).(*ast.CallNode)
 	if !ok || len(call.Arguments) != 2 {
 		return
@@ -120,12 +123,17 @@ func (c patternChecker) Visit(node *ast.Node) {
 	if id, ok := call.Callee.(*ast.IdentifierNode); !ok || id.Value != matchesFunc {
 		return
 	}
-	if s, ok := call.Arguments[1].(*ast.StringNode); ok {
-		if _, err := regexp.Compile("(?i)" + s.Value); err != nil {
-			fe := &file.Error{Location: s.Location(), Message: fmt.Sprintf("bad regular expression %q: %v", s.Value, err)}
-			*c.errs = append(*c.errs, fe)
-		}
+	s, ok := call.Arguments[1].(*ast.StringNode)
+	if !ok {
+		return
 	}
+	m, err := newMatcher(s.Value)
+	if err != nil {
+		*c.errs = append(*c.errs, &file.Error{Location: s.Location(),
+			Message: fmt.Sprintf("bad regular expression %q: %v", s.Value, errors.Unwrap(err))})
+		return
+	}
+	ast.Patch(&call.Arguments[1], &ast.ConstantNode{Value: m})
 }
 
 func identity(s string) []int {
@@ -139,14 +147,21 @@ func identity(s string) []int {
 
 func conditionProblem(r Rule, err error, rw rewritten) *Problem {
 	prob := &Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()}
-	var fe *file.Error
-	if errors.As(err, &fe) {
-		at := &file.Error{Location: file.Location{From: rw.originalOffset(fe.From)}, Message: fe.Message}
-		at.Bind(file.NewSource(r.Condition))
+	if at := rw.locate(err, r.Condition); at != nil {
 		prob.Message = at.Message + at.Snippet
 		prob.Line, prob.Column = at.Line, at.Column+1
 	}
 	return prob
+}
+
+// locate re-points an expr error at the user's original condition.
+func (r rewritten) locate(err error, original string) *file.Error {
+	var fe *file.Error
+	if !errors.As(err, &fe) {
+		return nil
+	}
+	at := &file.Error{Location: file.Location{From: r.originalOffset(fe.From)}, Message: fe.Message}
+	return at.Bind(file.NewSource(original))
 }
 
 // Policy returns the policy the engine was compiled from.
@@ -167,10 +182,17 @@ func (e *Engine) Evaluate(t *trace.Trace) Result {
 		env.Step, env.StepIndex = s, i
 		env.PrevSteps, env.NextSteps = t.Steps[:i], t.Steps[i+1:]
 		for _, r := range e.rules {
+			if r.guard.skips(i, s.Type) {
+				continue
+			}
 			out, err := machine.Run(r.program, env)
 			if err != nil {
 				if len(res.RuleErrors) < maxRuleErrors {
-					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: err.Error()})
+					msg := err.Error()
+					if at := r.source.locate(err, r.Condition); at != nil {
+						msg = fmt.Sprintf("%s (line %d, column %d)%s", at.Message, at.Line, at.Column+1, at.Snippet)
+					}
+					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: msg})
 				}
 				continue
 			}

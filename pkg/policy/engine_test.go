@@ -155,3 +155,14 @@ func TestParsePolicyDefaultsAndProblems(t *testing.T) {
 	_, err = Parse([]byte(`{"policy_id":"p","rulez":[]}`))
 	require.ErrorContains(t, err, `unknown field "rulez"`)
 }
+
+func TestRuntimeErrorPointsAtOriginalText(t *testing.T) {
+	p := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: "any_next({.type == 'x'}) or step.input.id + 1 > 0"}}}
+	require.Empty(t, p.normalize())
+	e, err := Compile(p)
+	require.NoError(t, err)
+	res := e.Evaluate(testTrace(t))
+	require.NotEmpty(t, res.RuleErrors)
+	assert.Contains(t, res.RuleErrors[0].Error, "(line 1, column 43)")
+	assert.Contains(t, res.RuleErrors[0].Error, "| any_next({.type == 'x'}) or step.input.id + 1 > 0")
+}

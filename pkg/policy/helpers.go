@@ -1,12 +1,9 @@
 package policy
 
 import (
-	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/troy-audit/troy/pkg/trace"
 )
@@ -78,53 +75,24 @@ func get(params ...any) (any, error) {
 	return v, nil
 }
 
-var regexCache sync.Map // pattern -> *regexp.Regexp
-
-func compileRegex(pattern string) (*regexp.Regexp, error) {
-	if re, ok := regexCache.Load(pattern); ok {
-		return re.(*regexp.Regexp), nil
-	}
-	re, err := regexp.Compile("(?i)" + pattern)
-	if err != nil {
-		return nil, fmt.Errorf("matches: bad pattern %q: %w", pattern, err)
-	}
-	regexCache.Store(pattern, re)
-	return re, nil
-}
-
 // matches(text, pattern): case-insensitive regular-expression search. Text
-// that is not a string is searched as its JSON.
+// that is not a string is searched as its JSON. A constant pattern arrives
+// precompiled (see patternCompiler).
 func matches(params ...any) (any, error) {
 	if len(params) != 2 {
 		return nil, fmt.Errorf("matches takes 2 arguments (text, pattern), got %d", len(params))
 	}
-	pattern, ok := params[1].(string)
-	if !ok {
+	var m *matcher
+	switch p := params[1].(type) {
+	case *matcher:
+		m = p
+	case string:
+		var err error
+		if m, err = cachedMatcher(p); err != nil {
+			return nil, err
+		}
+	default:
 		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
 	}
-	re, err := compileRegex(pattern)
-	if err != nil {
-		return nil, err
-	}
-	return re.MatchString(Text(params[0])), nil
-}
-
-// Text renders any value as searchable text: strings as they are, nil as "",
-// everything else as JSON.
-func Text(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	case bool:
-		return strconv.FormatBool(x)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
+	return m.match(Text(params[0])), nil
 }
