@@ -104,7 +104,7 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 				}
 				return nil
 			}
-			res, err := runAudit(cmd, g, f, args[1], auditor.NewRun(), inputs, 1, sink)
+			res, err := runAudit(cmd, g, f, args[1], auditor.NewRun(), inputs, 1, nil, sink)
 			if err != nil {
 				return err
 			}
@@ -139,18 +139,32 @@ type runState struct {
 	PolicyHash string `json:"policy_hash"`
 }
 
-const runStateFile = ".troy-run.json"
+// Resume state in the output folder: the run, and a journal of the inputs
+// whose report files are written (one report.Entry per line).
+const (
+	runStateFile   = ".troy-run.json"
+	runJournalFile = ".troy-run.jsonl"
+)
 
-func resumeRun(outDir, policyHash string) (string, bool) {
+func resumeRun(outDir, policyHash string) (string, []report.Entry, bool) {
 	b, err := os.ReadFile(filepath.Join(outDir, runStateFile))
 	if err != nil {
-		return "", false
+		return "", nil, false
 	}
 	var st runState
 	if json.Unmarshal(b, &st) != nil || st.PolicyHash != policyHash || st.Run == "" {
-		return "", false
+		return "", nil, false
 	}
-	return st.Run, true
+	var done []report.Entry
+	if j, err := os.ReadFile(filepath.Join(outDir, runJournalFile)); err == nil {
+		for _, line := range bytes.Split(j, []byte("\n")) {
+			var e report.Entry
+			if json.Unmarshal(line, &e) == nil && e.Source != "" { // a torn last line is skipped, and redone
+				done = append(done, e)
+			}
+		}
+	}
+	return st.Run, done, true
 }
 
 func newAuditBatchCmd(g *globalFlags) *cobra.Command {
@@ -178,7 +192,7 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			run, resumed := resumeRun(outDir, engine.Hash())
+			run, finished, resumed := resumeRun(outDir, engine.Hash())
 			if !resumed {
 				run = auditor.NewRun()
 			}
@@ -186,18 +200,33 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			if err := report.WriteFileAtomic(filepath.Join(outDir, runStateFile), st); err != nil {
 				return codeError{exitError, err}
 			}
+			flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
+			if !resumed {
+				flags |= os.O_TRUNC
+			}
+			journal, err := os.OpenFile(filepath.Join(outDir, runJournalFile), flags, 0o644)
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("resume journal: %w", err)}
+			}
+			defer journal.Close()
 			if resumed {
-				fmt.Fprintf(cmd.ErrOrStderr(), "troy: resuming interrupted run %s in %s\n", run, outDir)
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: resuming interrupted run %s in %s (%d inputs already done)\n", run, outDir, len(finished))
 			}
 			sink := func(o auditor.Outcome) error {
-				if o.Entry.Status != report.StatusAudited {
-					return nil
+				if o.Entry.Status == report.StatusAudited {
+					dir := filepath.Join(outDir, o.Entry.TraceID)
+					if err := writeOutcome(o, filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile)); err != nil {
+						return err
+					}
 				}
-				dir := filepath.Join(outDir, o.Entry.TraceID)
-				return writeOutcome(o, filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile))
+				line, _ := json.Marshal(o.Entry)
+				if _, err := journal.Write(append(line, '\n')); err != nil {
+					return fmt.Errorf("resume journal: %w", err)
+				}
+				return nil
 			}
 			started := time.Now()
-			res, err := runAudit(cmd, g, f, args[1], run, auditor.ReadDir(args[0], files), total, sink)
+			res, err := runAudit(cmd, g, f, args[1], run, auditor.ReadDir(args[0], files), total, finished, sink)
 			if err != nil {
 				return err
 			}
@@ -215,6 +244,7 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				return codeError{exitError, err}
 			}
 			_ = os.Remove(filepath.Join(outDir, runStateFile))
+			_ = os.Remove(filepath.Join(outDir, runJournalFile))
 			out := cmd.OutOrStdout()
 			if f.jsonOut {
 				out.Write(bj)
@@ -244,17 +274,27 @@ func firstOr(s []string, def string) string {
 	return s[0]
 }
 
+// writeOutcome writes one trace's report files in place, not through a
+// temporary file and rename: file creation dominates a batch on slow disks,
+// and a file torn by a crash is rewritten when the run resumes, because the
+// journal records an input only after its files are written.
 func writeOutcome(o auditor.Outcome, mdPath, jsonPath string) error {
-	var pretty []byte
-	if buf, err := indent(o.Audit); err == nil {
-		pretty = buf
-	} else {
+	pretty, err := indent(o.Audit)
+	if err != nil {
 		pretty = o.Audit
 	}
-	if err := report.WriteFileAtomic(jsonPath, pretty); err != nil {
-		return err
+	for _, p := range []string{filepath.Dir(jsonPath), filepath.Dir(mdPath)} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
 	}
-	return report.WriteFileAtomic(mdPath, o.Markdown)
+	if err := os.WriteFile(jsonPath, pretty, 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := os.WriteFile(mdPath, o.Markdown, 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
 }
 
 func indent(raw []byte) ([]byte, error) {
@@ -296,7 +336,7 @@ func (r auditResult) exit(f *auditFlags) error {
 // runAudit starts (or connects to) the pipeline, submits the inputs and
 // collects one outcome per input.
 func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, policyPath, run string,
-	inputs iter.Seq[auditor.Input], total int, sink auditor.Sink) (auditResult, error) {
+	inputs iter.Seq[auditor.Input], total int, finished []report.Entry, sink auditor.Sink) (auditResult, error) {
 	if err := f.validate(); err != nil {
 		return auditResult{}, codeError{exitError, err}
 	}
@@ -340,7 +380,7 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, policyPath, run
 		}
 	}()
 	entries, err := auditor.Submit(subCtx, st.js, auditor.Config{Run: run, Policy: engine, Window: window,
-		IdleTimeout: f.timeout, Progress: prog.update}, inputs, total, sink)
+		IdleTimeout: f.timeout, Progress: prog.update, Finished: finished}, inputs, total, sink)
 	prog.finish()
 	if err != nil {
 		if serr := st.Err(); serr != nil {

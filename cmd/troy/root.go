@@ -118,9 +118,15 @@ func newVersionCmd() *cobra.Command {
 }
 
 func execute(args []string, stdout, stderr io.Writer) int {
+	stopProfiles, err := startProfiles()
+	if err != nil {
+		fmt.Fprintln(stderr, "troy:", err)
+		return exitError
+	}
+	defer stopProfiles()
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	err := root.Execute()
+	err = root.Execute()
 	if err == nil {
 		return exitOK
 	}

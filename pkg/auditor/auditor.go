@@ -42,7 +42,14 @@ type Config struct {
 	Window      int            // most inputs in the pipeline at once
 	IdleTimeout time.Duration  // give up after this long without any outcome
 	Progress    func(done, total int)
+	// Finished are inputs an interrupted attempt of this run already
+	// finished (its journal); they are neither sent nor reported again.
+	Finished []report.Entry
 }
+
+// purgeEvery is how many outcomes the collector handles before it purges
+// them from the stream: once the sink has them, the stream need not.
+const purgeEvery = 256
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -83,7 +90,12 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 	if _, err := store.Put(ctx, cfg.Policy.Policy()); err != nil {
 		return nil, err
 	}
+	outcomes, err := js.Stream(ctx, OutcomesStream)
+	if err != nil {
+		return nil, fmt.Errorf("auditor: stream %s: %w (was the topology provisioned?)", OutcomesStream, err)
+	}
 	c := &collector{
+		outcomes: outcomes,
 		cfg:      cfg,
 		sink:     sink,
 		total:    total,
@@ -92,6 +104,12 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		slots:    make(chan struct{}, cfg.Window),
 		byTrace:  map[string]string{},
 		changed:  make(chan struct{}, 1),
+	}
+	for _, e := range cfg.Finished {
+		c.done[e.Source] = e
+		if e.Status == report.StatusAudited {
+			c.byTrace[e.TraceID] = e.Source
+		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -117,7 +135,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		if err != nil {
 			return nil, fmt.Errorf("auditor: replay outcomes: %w", err)
 		}
-		if err := c.receive(m); err != nil {
+		if err := c.receive(ctx, m); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +151,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 				}
 				return
 			}
-			if err := c.receive(m); err != nil {
+			if err := c.receive(ctx, m); err != nil {
 				collectErr <- err
 				cancel(err)
 				return
@@ -182,9 +200,12 @@ func publish(ctx context.Context, js jetstream.JetStream, cfg Config, in Input) 
 }
 
 type collector struct {
-	cfg   Config
-	sink  Sink
-	total int
+	outcomes jetstream.Stream
+	handled  int    // outcomes since the last purge
+	lastSeq  uint64 // stream sequence of the last outcome handled
+	cfg      Config
+	sink     Sink
+	total    int
 
 	mu       sync.Mutex
 	done     map[string]report.Entry // by source
@@ -236,7 +257,24 @@ func (c *collector) stalled() error {
 	return fmt.Errorf("%w: no report or rejection for %s; are troy's services running against this NATS server (troy serve)? see troy.dlq.> for dead letters", ErrStalled, c.idle())
 }
 
-func (c *collector) receive(m jetstream.Msg) error {
+// receive handles one outcome message, then purges handled outcomes from the
+// stream now and then so a long batch does not keep them all.
+func (c *collector) receive(ctx context.Context, m jetstream.Msg) error {
+	if err := c.handle(m); err != nil {
+		return err
+	}
+	if md, err := m.Metadata(); err == nil {
+		c.lastSeq = md.Sequence.Stream
+	}
+	if c.handled++; c.handled >= purgeEvery {
+		c.handled = 0
+		// Best effort: what is not purged now is purged at the end or expires.
+		_ = c.outcomes.Purge(ctx, jetstream.WithPurgeSubject("troy.*."+c.cfg.Run), jetstream.WithPurgeSequence(c.lastSeq+1))
+	}
+	return nil
+}
+
+func (c *collector) handle(m jetstream.Msg) error {
 	source := m.Headers().Get(bus.HeaderSource)
 	if bus.RunOf(m.Subject()) != c.cfg.Run || source == "" {
 		return nil // not one of ours
@@ -252,24 +290,21 @@ func (c *collector) receive(m jetstream.Msg) error {
 		}
 		return c.finish(report.Entry{Source: source, TraceID: rej.TraceID, Status: report.StatusRejected, Problems: probs}, nil, nil)
 	}
+	malformed := report.Entry{Source: source, Status: report.StatusRejected,
+		Problems: []string{"the pipeline returned a malformed report; see troy.dlq.> and the service logs"}}
+	sum, err := events.GetSummary(m.Headers())
+	if err != nil {
+		return c.finish(malformed, nil, nil)
+	}
 	var rep struct {
 		Audit    json.RawMessage `json:"audit"`
 		Markdown string          `json:"markdown"`
 	}
-	var head struct {
-		Trace struct {
-			TraceID string            `json:"trace_id"`
-			Steps   []json.RawMessage `json:"steps"`
-		} `json:"trace"`
-		RiskScore      int            `json:"risk_score"`
-		SeverityCounts map[string]int `json:"severity_counts"`
+	if err := events.Unmarshal(m.Data(), &rep); err != nil || len(rep.Audit) == 0 {
+		return c.finish(malformed, nil, nil)
 	}
-	if err := json.Unmarshal(m.Data(), &rep); err != nil || json.Unmarshal(rep.Audit, &head) != nil || head.Trace.TraceID == "" {
-		return c.finish(report.Entry{Source: source, Status: report.StatusRejected,
-			Problems: []string{"the pipeline returned a malformed report; see troy.dlq.> and the service logs"}}, nil, nil)
-	}
-	e := report.Entry{Source: source, TraceID: head.Trace.TraceID, Steps: len(head.Trace.Steps), Status: report.StatusAudited,
-		SeverityCounts: head.SeverityCounts, RiskScore: head.RiskScore}
+	e := report.Entry{Source: source, TraceID: sum.TraceID, Steps: sum.Steps, Status: report.StatusAudited,
+		SeverityCounts: sum.SeverityCounts, RiskScore: sum.RiskScore}
 	return c.finish(e, rep.Audit, []byte(rep.Markdown))
 }
 
@@ -377,10 +412,8 @@ func Forget(ctx context.Context, js jetstream.JetStream, run string) error {
 	if err != nil {
 		return err
 	}
-	for _, stage := range []string{bus.StageReport, bus.StageRejected} {
-		if err := s.Purge(ctx, jetstream.WithPurgeSubject(bus.Subject(stage, run))); err != nil {
-			return fmt.Errorf("purge %s outcomes: %w", run, err)
-		}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject("troy.*."+run)); err != nil {
+		return fmt.Errorf("purge %s outcomes: %w", run, err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@
 package events
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -110,7 +109,7 @@ func Decode[T any, P interface {
 	validator
 }](data []byte) (P, error) {
 	p := P(new(T))
-	if err := json.Unmarshal(data, p); err != nil {
+	if err := Unmarshal(data, p); err != nil {
 		return nil, fmt.Errorf("malformed %T: %w", p, err)
 	}
 	if err := p.Validate(); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // Limits bound what one trace may contain; a trace over a limit is rejected.
@@ -60,15 +62,21 @@ func Parse(data []byte, lim Limits) (*Trace, error) {
 			"trace is %d bytes, over the %d-byte limit: split it or raise the limit (--max-trace-bytes)", len(data), lim.MaxBytes)}}}
 	}
 	var doc any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		return nil, &InvalidError{Problems: []Problem{{Message: jsonErrorMessage(data, err)}}}
-	}
-	if dec.More() {
-		off := int(dec.InputOffset())
-		line, col := lineCol(data, off)
-		return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf(
-			"bad JSON at line %d, column %d: more than one JSON value (a .jsonl file holds one trace per line)", line, col)}}}
+	// The fast decoder handles the common, valid case; encoding/json re-reads
+	// a document that fails, for its exact error positions.
+	if err := gojson.Unmarshal(data, &doc); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		doc = nil
+		if err := dec.Decode(&doc); err != nil {
+			return nil, &InvalidError{Problems: []Problem{{Message: jsonErrorMessage(data, err)}}}
+		}
+		if dec.More() {
+			off := int(dec.InputOffset())
+			line, col := lineCol(data, off)
+			return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf(
+				"bad JSON at line %d, column %d: more than one JSON value (a .jsonl file holds one trace per line)", line, col)}}}
+		}
+		return nil, &InvalidError{Problems: []Problem{{Message: "bad JSON: " + err.Error()}}}
 	}
 	v := &validator{lim: lim}
 	t := v.trace(doc)

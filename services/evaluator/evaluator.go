@@ -4,7 +4,6 @@ package evaluator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -78,7 +77,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	res := events.Evaluated{TraceID: g.Trace.TraceID, PolicyID: engine.Policy().PolicyID, PolicyHash: engine.Hash(),
 		Result: engine.Evaluate(g.Trace)}
-	body, err := json.Marshal(res)
+	body, err := events.Marshal(res)
 	if err != nil {
 		return bus.Permanent(err)
 	}

@@ -4,7 +4,6 @@ package explainer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -89,7 +88,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return fmt.Errorf("explain %s: %w", g.Trace.TraceID, err)
 	}
-	body, err := json.Marshal(events.Explained{Trace: g.Trace, Graph: g.Graph, Explanation: ex})
+	body, err := events.Marshal(events.Explained{Trace: g.Trace, Graph: g.Graph, Explanation: ex})
 	if err != nil {
 		return bus.Permanent(err)
 	}

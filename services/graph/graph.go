@@ -4,7 +4,6 @@ package graph
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,7 +55,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	var tr trace.Trace
-	if err := json.Unmarshal(m.Data(), &tr); err != nil {
+	if err := events.Unmarshal(m.Data(), &tr); err != nil {
 		return bus.Permanentf("malformed canonical trace: %w", err)
 	}
 	g := events.Graphed{Trace: &tr}
@@ -64,7 +63,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 		return bus.Permanent(err)
 	}
 	g.Graph = pgraph.Build(&tr)
-	body, err := json.Marshal(g)
+	body, err := events.Marshal(g)
 	if err != nil {
 		return bus.Permanent(err)
 	}

@@ -4,7 +4,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -76,7 +75,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if errors.As(err, &invalid) {
 		key := bus.Key(run, source, invalid.TraceID)
 		out.Set(bus.HeaderKey, key)
-		body, _ := json.Marshal(events.Rejected{Source: source, TraceID: invalid.TraceID, Problems: invalid.Problems})
+		body, _ := events.Marshal(events.Rejected{Source: source, TraceID: invalid.TraceID, Problems: invalid.Problems})
 		s.deps.Log.Info().Str("run", run).Str("source", source).Str("trace_id", invalid.TraceID).
 			Int("problems", len(invalid.Problems)).Msg("trace rejected")
 		return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageRejected, run), Data: body, Header: out,
@@ -87,7 +86,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	key := bus.Key(run, source, tr.TraceID)
 	out.Set(bus.HeaderKey, key)
-	body, err := json.Marshal(tr)
+	body, err := events.Marshal(tr)
 	if err != nil {
 		return bus.Permanent(fmt.Errorf("encode trace %s: %w", tr.TraceID, err))
 	}

@@ -5,7 +5,6 @@ package reporter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -75,17 +74,18 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	stage, run := stageOf(m.Subject()), bus.RunOf(m.Subject())
+	var sc *events.Scored
+	var ex *events.Explained
+	var err error
 	var traceID, other string
 	switch stage {
 	case bus.StageScore:
-		sc, err := events.Decode[events.Scored](m.Data())
-		if err != nil {
+		if sc, err = events.Decode[events.Scored](m.Data()); err != nil {
 			return bus.Permanent(err)
 		}
 		traceID, other = sc.TraceID, bus.StageExplain
 	case bus.StageExplain:
-		ex, err := events.Decode[events.Explained](m.Data())
-		if err != nil {
+		if ex, err = events.Decode[events.Explained](m.Data()); err != nil {
 			return bus.Permanent(err)
 		}
 		traceID, other = ex.Trace.TraceID, bus.StageScore
@@ -103,36 +103,29 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return fmt.Errorf("reporter: read %s half of %s: %w", other, traceID, err)
 	}
-	scoreData, explainData := m.Data(), entry.Value()
-	if stage == bus.StageExplain {
-		scoreData, explainData = explainData, scoreData
+	// The stored half was validated before it was stored.
+	if sc == nil {
+		sc, err = events.Decode[events.Scored](entry.Value())
+	} else {
+		ex, err = events.Decode[events.Explained](entry.Value())
 	}
-	rep, err := s.assemble(scoreData, explainData)
 	if err != nil {
-		return bus.Permanent(err)
+		return bus.Permanent(fmt.Errorf("stored %s half of %s: %w", other, traceID, err))
 	}
-	if err := s.publish(ctx, m, run, key, rep); err != nil {
+	if sc.TraceID != ex.Trace.TraceID {
+		return bus.Permanentf("join mismatch under key %s: score of %s, explanation of %s", key, sc.TraceID, ex.Trace.TraceID)
+	}
+	if err := s.publish(ctx, m, run, key, s.assemble(sc, ex)); err != nil {
 		return err
 	}
-	// Leftovers expire with the bucket's TTL; a failed delete only costs space.
-	_ = s.join.Delete(ctx, key+"."+bus.StageScore)
-	_ = s.join.Delete(ctx, key+"."+bus.StageExplain)
+	// Leftovers expire with the bucket's TTL; a failed purge only costs space.
+	_ = s.join.Purge(ctx, key+"."+bus.StageScore)
+	_ = s.join.Purge(ctx, key+"."+bus.StageExplain)
 	return nil
 }
 
-func (s *Service) assemble(scoreData, explainData []byte) (*events.Reported, error) {
-	sc, err := events.Decode[events.Scored](scoreData)
-	if err != nil {
-		return nil, err
-	}
-	ex, err := events.Decode[events.Explained](explainData)
-	if err != nil {
-		return nil, err
-	}
-	if sc.TraceID != ex.Trace.TraceID {
-		return nil, fmt.Errorf("join mismatch: score of %s, explanation of %s", sc.TraceID, ex.Trace.TraceID)
-	}
-	a := &report.Audit{
+func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audit {
+	return &report.Audit{
 		SchemaVersion:     report.SchemaVersion,
 		Trace:             ex.Trace,
 		PolicyID:          sc.PolicyID,
@@ -147,23 +140,23 @@ func (s *Service) assemble(scoreData, explainData []byte) (*events.Reported, err
 		SeverityCounts:    sc.SeverityCounts,
 		GeneratedAt:       s.cfg.Now().UTC(),
 	}
-	return &events.Reported{Audit: a, Markdown: string(report.Markdown(a))}, nil
 }
 
-func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, rep *events.Reported) error {
-	a := rep.Audit
+func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, a *report.Audit) error {
+	md := report.Markdown(a)
 	if s.cfg.Dir != "" {
 		dir := filepath.Join(s.cfg.Dir, run, a.Trace.TraceID)
-		if err := report.WriteAudit(filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), a, []byte(rep.Markdown)); err != nil {
+		if err := report.WriteAudit(filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), a, md); err != nil {
 			return err
 		}
 	}
-	body, err := json.Marshal(rep)
+	body, err := events.Marshal(events.Reported{Audit: a, Markdown: string(md)})
 	if err != nil {
 		return bus.Permanent(err)
 	}
 	out := bus.Forward(m.Headers(), m, a.Trace.TraceID)
 	out.Set(bus.HeaderPolicy, a.PolicyHash)
+	events.SetSummary(out, events.SummaryOf(a))
 	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageReport, run), Data: body,
 		Header: out, MsgID: bus.MsgID(bus.StageReport, key, a.PolicyHash)})
 }

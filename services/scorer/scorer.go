@@ -3,7 +3,6 @@ package scorer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,7 +56,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	body, err := json.Marshal(events.Scored{Evaluated: *ev, Score: score.Compute(ev.Violations)})
+	body, err := events.Marshal(events.Scored{Evaluated: *ev, Score: score.Compute(ev.Violations)})
 	if err != nil {
 		return bus.Permanent(err)
 	}

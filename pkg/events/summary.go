@@ -1,0 +1,66 @@
+package events
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/report"
+)
+
+// Report summary headers: what a batch table needs, readable without
+// decoding the audit in the body.
+const (
+	HeaderTraceID    = "Troy-Trace-Id"
+	HeaderSteps      = "Troy-Steps"
+	HeaderRisk       = "Troy-Risk"
+	HeaderSeverities = "Troy-Severities" // critical=1,high=0,medium=2,low=0
+)
+
+// Summary is the head of one report.
+type Summary struct {
+	TraceID        string
+	Steps          int
+	RiskScore      int
+	SeverityCounts map[string]int
+}
+
+// SummaryOf takes the summary of an audit.
+func SummaryOf(a *report.Audit) Summary {
+	return Summary{TraceID: a.Trace.TraceID, Steps: len(a.Trace.Steps), RiskScore: a.RiskScore, SeverityCounts: a.SeverityCounts}
+}
+
+// SetSummary writes the summary headers.
+func SetSummary(h nats.Header, s Summary) {
+	h.Set(HeaderTraceID, s.TraceID)
+	h.Set(HeaderSteps, strconv.Itoa(s.Steps))
+	h.Set(HeaderRisk, strconv.Itoa(s.RiskScore))
+	parts := make([]string, len(policy.Severities))
+	for i, sev := range policy.Severities {
+		parts[i] = sev + "=" + strconv.Itoa(s.SeverityCounts[sev])
+	}
+	h.Set(HeaderSeverities, strings.Join(parts, ","))
+}
+
+// GetSummary reads the summary headers.
+func GetSummary(h nats.Header) (Summary, error) {
+	s := Summary{TraceID: h.Get(HeaderTraceID), SeverityCounts: map[string]int{}}
+	var err1, err2 error
+	s.Steps, err1 = strconv.Atoi(h.Get(HeaderSteps))
+	s.RiskScore, err2 = strconv.Atoi(h.Get(HeaderRisk))
+	if s.TraceID == "" || err1 != nil || err2 != nil {
+		return s, fmt.Errorf("report without summary headers (%s, %s, %s)", HeaderTraceID, HeaderSteps, HeaderRisk)
+	}
+	for _, kv := range strings.Split(h.Get(HeaderSeverities), ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || policy.SeverityRank(k) == 0 {
+			return s, fmt.Errorf("bad %s header %q", HeaderSeverities, h.Get(HeaderSeverities))
+		}
+		s.SeverityCounts[k] = n
+	}
+	return s, nil
+}
