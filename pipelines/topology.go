@@ -20,6 +20,10 @@ type Topology struct {
 	Consumers        []Consumer      `json:"consumers"`
 	ConsumerDefaults ConsumerOptions `json:"consumer_defaults"`
 	Buckets          []Bucket        `json:"buckets"`
+	// Replicas of every stream and bucket: 1 on one server, 3 on a 3-node
+	// cluster; 0 keeps what the server has. Set at start (troy serve
+	// --replicas), not in the file.
+	Replicas int `json:"-"`
 }
 
 // Stream is one JetStream stream.

@@ -21,7 +21,7 @@ import (
 
 func newServeCmd(g *globalFlags) *cobra.Command {
 	var target, natsAddr, httpAddr, policyPath, reportsDir string
-	var workers int
+	var workers, replicas int
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,7 +60,7 @@ HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
 				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
-				workers: workers, policy: def, reportsDir: reportsDir}
+				workers: workers, policy: def, reportsDir: reportsDir, replicas: replicas}
 			if g.natsURL == "" {
 				cfg.listen = natsAddr
 			}
@@ -108,6 +108,7 @@ HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
 	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
 	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")
 	fl.StringVar(&reportsDir, "reports-dir", os.Getenv("TROY_REPORTS_DIR"), "also write every report to DIR/<run>/<trace_id>/ (env TROY_REPORTS_DIR)")
+	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
 	return cmd

@@ -53,6 +53,7 @@ type stackConfig struct {
 	limits     trace.Limits
 	policy     *policy.Engine // evaluator default for live traces
 	reportsDir string
+	replicas   int // stream and bucket replicas on a cluster
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the
@@ -96,6 +97,7 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 		s.closeConn()
 		return nil, err
 	}
+	deps.Topology.Replicas = cfg.replicas
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := bus.Provision(pctx, s.js, deps.Topology); err != nil {

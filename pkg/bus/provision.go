@@ -17,6 +17,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 		if err != nil {
 			return err
 		}
+		cfg.Replicas = replicas(ctx, js, s.Name, topo.Replicas)
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("provision stream %s: %w", s.Name, err)
 		}
@@ -30,6 +31,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 			AckWait:       d.AckWait.Duration,
 			MaxDeliver:    d.MaxDeliver,
 			MaxAckPending: d.MaxAckPending,
+			Replicas:      0, // consumers follow their stream
 		}
 		if len(c.FilterSubjects) == 1 {
 			cfg.FilterSubject = c.FilterSubjects[0]
@@ -43,11 +45,27 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 	for _, b := range topo.Buckets {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b.Name, Description: b.Description, TTL: b.TTL.Duration,
+			Replicas: replicas(ctx, js, "KV_"+b.Name, topo.Replicas),
 		}); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", b.Name, err)
 		}
 	}
 	return nil
+}
+
+// replicas is the replica count to provision a stream with: the one asked
+// for, or else what the stream has now (so a client that does not know the
+// cluster's layout never shrinks it), or 1 for a new stream.
+func replicas(ctx context.Context, js jetstream.JetStream, stream string, want int) int {
+	if want > 0 {
+		return want
+	}
+	if s, err := js.Stream(ctx, stream); err == nil {
+		if info, err := s.Info(ctx); err == nil && info.Config.Replicas > 0 {
+			return info.Config.Replicas
+		}
+	}
+	return 1
 }
 
 func streamConfig(s pipelines.Stream) (jetstream.StreamConfig, error) {

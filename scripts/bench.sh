@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# troy benchmarks (make bench). Prints:
+#   1. evaluator step-evaluations/s (8-rule policy, one core and all cores),
+#      beside the Python reference evaluator (../shared/bench/troy_ref.py) on
+#      the same generated traces;
+#   2. troy audit-batch on 1,000 and 10,000 traces x 20 steps (embedded NATS,
+#      offline explainer): traces/s and peak RSS, with the output folder on
+#      disk and on tmpfs (file creation is slow on some virtual disks).
+# BENCH_TRACES=N overrides the large batch size. Everything stays local.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/troy}
+N_LARGE=${BENCH_TRACES:-10000}
+SHARED=${SHARED:-../shared}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/troy-bench.XXXXXX")
+SHM=""
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then SHM=$(mktemp -d /dev/shm/troy-bench.XXXXXX); fi
+trap 'rm -rf "$WORK" ${SHM:+"$SHM"}' EXIT
+POLICY=pkg/policy/testdata/bench_policy.yaml
+
+[ -x "$BIN" ] || go build -o "$BIN" ./cmd/troy
+echo "== generating traces (deterministic, seed 7)"
+go run ./tools/cmd/tracegen "$WORK/t1k" 1000 20 >/dev/null
+go run ./tools/cmd/tracegen "$WORK/tlarge" "$N_LARGE" 20 >/dev/null
+
+echo
+echo "== evaluator: step-evaluations/s, 8 rules, 20-step traces"
+go test -run '^$' -bench 'BenchmarkEvaluate' -benchtime 3s ./pkg/policy/ | awk '/^Benchmark/ { for (i=1;i<=NF;i++) if ($(i)=="steps/s") printf "  troy %-28s %10.0f steps/s\n", $1, $(i-1) }'
+if [ -f "$SHARED/bench/troy_ref.py" ] && command -v python3 >/dev/null; then
+  python3 "$SHARED/bench/troy_ref.py" "$SHARED/bench/policy_py.json" "$WORK/t1k" |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print("  python reference (troy_ref.py, 1 core) %10d steps/s  (%d steps, includes its json.load)" % (r["steps_per_s"], r["steps"]))'
+else
+  echo "  python reference skipped: $SHARED/bench/troy_ref.py or python3 not found"
+fi
+
+batch() { # name traces-dir out-parent
+  local name=$1 dir=$2 parent=$3 n
+  n=$(ls "$dir" | wc -l)
+  rm -rf "$parent/out" "$parent/data"
+  local t0 t1
+  t0=$(date +%s.%N)
+  /usr/bin/time -f "%M" -o "$WORK/rss" "$BIN" audit-batch "$dir" "$POLICY" --out-dir "$parent/out" --data-dir "$parent/data" >/dev/null 2>"$WORK/err" || {
+    code=$?; [ $code -eq 0 ] || { echo "  $name: troy exited $code"; cat "$WORK/err"; return 1; }; }
+  t1=$(date +%s.%N)
+  awk -v n="$n" -v t0="$t0" -v t1="$t1" -v rss="$(tail -1 "$WORK/rss")" -v name="$name" \
+    'BEGIN { s=t1-t0; printf "  %-34s %6d traces in %6.2fs = %6.0f traces/s, peak RSS %4.0f MiB\n", name, n, s, n/s, rss/1024 }'
+  rm -rf "$parent/out" "$parent/data"
+}
+
+echo
+echo "== troy audit-batch, embedded NATS, offline explainer"
+if [ -n "$SHM" ]; then
+  batch "1k, output on tmpfs" "$WORK/t1k" "$SHM"
+  batch "${N_LARGE}, output on tmpfs" "$WORK/tlarge" "$SHM"
+fi
+batch "1k, output on disk" "$WORK/t1k" "$WORK"
+batch "${N_LARGE}, output on disk" "$WORK/tlarge" "$WORK"
