@@ -1,0 +1,39 @@
+package events
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSummaryHeadersRoundTrip(t *testing.T) {
+	h := nats.Header{}
+	in := Summary{TraceID: "t", Steps: 4, RiskScore: 55, SeverityCounts: map[string]int{"critical": 1, "high": 0, "medium": 2, "low": 0}}
+	SetSummary(h, in)
+	assert.Equal(t, "critical=1,high=0,medium=2,low=0", h.Get(HeaderSeverities))
+	out, err := GetSummary(h)
+	require.NoError(t, err)
+	assert.Equal(t, in, out)
+
+	h.Set(HeaderSeverities, "urgent=1")
+	_, err = GetSummary(h)
+	assert.ErrorContains(t, err, "bad Troy-Severities header")
+	_, err = GetSummary(nats.Header{})
+	assert.ErrorContains(t, err, "report without summary headers")
+}
+
+func TestDecodeRejectsMalformedPayloads(t *testing.T) {
+	_, err := Decode[Graphed]([]byte(`{"trace": {"trace_id": "t", "steps": [null]}}`))
+	assert.ErrorContains(t, err, "steps[0] is null")
+	_, err = Decode[Evaluated]([]byte(`{"trace_id": "t"}`))
+	assert.ErrorContains(t, err, "without trace_id or policy_hash")
+	_, err = Decode[Rejected]([]byte(`{"problems": []}`))
+	assert.ErrorContains(t, err, "rejection without problems")
+	_, err = Decode[Reported]([]byte(`{`))
+	assert.ErrorContains(t, err, "malformed *events.Reported")
+	g, err := Decode[Graphed]([]byte(`{"trace": {"trace_id": "t", "steps": [{"step_id": "1", "type": "llm_call"}]}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "t", g.Trace.TraceID)
+}
