@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,7 +188,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		for range c.stages {
 			got := next(t, dlq)
 			stages = append(stages, got.Header.Get(bus.HeaderStage))
-			assert.Equal(t, "troy.dlq."+got.Header.Get(bus.HeaderStage), got.Subject)
+			assert.Equal(t, bus.DeadLetterSubject(got.Header.Get(bus.HeaderStage), bus.RunOf(c.subject)), got.Subject)
 			assert.Equal(t, c.subject, got.Header.Get(bus.HeaderOrigin))
 			assert.Contains(t, got.Header.Get(bus.HeaderReason), c.reason, c.subject)
 			assert.Equal(t, c.data, got.Data, "the dead letter keeps the original body")
@@ -308,4 +309,45 @@ func next(t *testing.T, ch chan *nats.Msg) *nats.Msg {
 		t.Fatal("no message within 15s")
 		return nil
 	}
+}
+
+// TestDeadLetteredInputEndsAsRejected runs a graph stage that gives up on
+// one trace: the submitter reports that input as rejected, with the stage's
+// reason, instead of waiting for a report that will never come.
+func TestDeadLetteredInputEndsAsRejected(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	rs := all(t, deps)
+	rs[1] = poisonGraph{deps: deps}
+	start(t, rs...)
+
+	inputs := func(yield func(auditor.Input) bool) {
+		_ = yield(auditor.Input{Source: "ok.json", Data: []byte(`{"trace_id":"fine","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`)}) &&
+			yield(auditor.Input{Source: "poison.json", Data: []byte(`{"trace_id":"poison","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	entries, err := auditor.Submit(ctx, srv.JS, auditor.Config{Run: "dl1", Policy: examplePolicy(t), Window: 4, IdleTimeout: 30 * time.Second}, inputs, 2, nil)
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	assert.Equal(t, report.StatusAudited, entries[0].Status)
+	assert.Equal(t, report.StatusRejected, entries[1].Status)
+	require.Len(t, entries[1].Problems, 1)
+	assert.Contains(t, entries[1].Problems[0], "the graph stage gave up on it: cannot graph poison")
+}
+
+// poisonGraph is the graph stage with a handler that refuses one trace; the
+// rest goes through the real service code path.
+type poisonGraph struct{ deps bus.Deps }
+
+func (p poisonGraph) Run(ctx context.Context) error {
+	svc, err := graph.New(p.deps, graph.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	return bus.RunStage(ctx, p.deps, graph.Consumer, 2, func(ctx context.Context, m jetstream.Msg) error {
+		if strings.Contains(string(m.Data()), `"poison"`) {
+			return bus.Permanentf("cannot graph poison")
+		}
+		return svc.Handle(ctx, m)
+	})
 }

@@ -21,8 +21,12 @@ import (
 	"github.com/troy-audit/troy/pkg/report"
 )
 
-// OutcomesStream holds reports and rejections (pipelines/topology.yaml).
-const OutcomesStream = "TROY_OUTCOMES"
+// Streams the auditor reads (pipelines/topology.yaml): reports and
+// rejections, and dead letters, which end an input that will never be reported.
+const (
+	OutcomesStream   = "TROY_OUTCOMES"
+	DeadLetterStream = "TROY_DLQ"
+)
 
 // Outcome is the end of one input: a finished report or a rejection.
 type Outcome struct {
@@ -31,8 +35,9 @@ type Outcome struct {
 	Markdown []byte
 }
 
-// Sink receives each outcome as it arrives, e.g. to write report files. It
-// runs on the collector goroutine; an error stops the run.
+// Sink receives each outcome as it arrives, e.g. to write report files; an
+// error stops the run. Reports come from one goroutine; a dead-lettered
+// input's rejection may come from another, so a sink must be safe for that.
 type Sink func(Outcome) error
 
 // Config describes one submission.
@@ -139,6 +144,29 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 			return nil, err
 		}
 	}
+	dead, err := js.OrderedConsumer(ctx, DeadLetterStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.Subject(bus.StageDLQ, "*") + "." + cfg.Run},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auditor: read dead letters: %w", err)
+	}
+	deadMsgs, err := dead.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("auditor: read dead letters: %w", err)
+	}
+	defer deadMsgs.Stop()
+	go func() {
+		for {
+			m, err := deadMsgs.Next()
+			if err != nil {
+				return
+			}
+			if err := c.deadLetter(m); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
 	collectErr := make(chan error, 1)
 	go func() {
 		for {
@@ -272,6 +300,23 @@ func (c *collector) receive(ctx context.Context, m jetstream.Msg) error {
 		_ = c.outcomes.Purge(ctx, jetstream.WithPurgeSubject("troy.*."+c.cfg.Run), jetstream.WithPurgeSequence(c.lastSeq+1))
 	}
 	return nil
+}
+
+// deadLetter ends an input that a stage gave up on: it will never be reported.
+func (c *collector) deadLetter(m jetstream.Msg) error {
+	h := m.Headers()
+	source := h.Get(bus.HeaderSource)
+	if source == "" {
+		return nil
+	}
+	c.mu.Lock()
+	_, sent := c.inflight[source]
+	c.mu.Unlock()
+	if !sent {
+		return nil // from an earlier attempt; this one may yet succeed
+	}
+	return c.finish(report.Entry{Source: source, Status: report.StatusRejected, Problems: []string{
+		fmt.Sprintf("the %s stage gave up on it: %s (dead letter on %s)", h.Get(bus.HeaderStage), h.Get(bus.HeaderReason), m.Subject())}}, nil, nil)
 }
 
 func (c *collector) handle(m jetstream.Msg) error {

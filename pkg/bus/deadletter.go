@@ -12,8 +12,10 @@ import (
 )
 
 // DeadLetter sends a message that can never succeed (a Permanent error, or
-// its last allowed delivery failing) to troy.dlq.<stage>, with the reason in
-// its headers, and terminates it so it is never redelivered.
+// its last allowed delivery failing) to troy.dlq.<stage>.<run>, with the
+// reason in its headers, and terminates it so it is never redelivered. The
+// run token lets whoever submitted the run learn that an input will never
+// produce a report.
 func DeadLetter(js jetstream.JetStream, stage string, maxDeliver int, log zerolog.Logger) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m jetstream.Msg) error {
@@ -32,7 +34,7 @@ func DeadLetter(js jetstream.JetStream, stage string, maxDeliver int, log zerolo
 			if !IsPermanent(err) {
 				reason = fmt.Sprintf("gave up after %d deliveries: %s", n, reason)
 			}
-			dl := nats.NewMsg(Subject(StageDLQ, stage))
+			dl := nats.NewMsg(DeadLetterSubject(stage, RunOf(m.Subject())))
 			dl.Data = m.Data()
 			for k, v := range m.Headers() {
 				if k != HeaderMsgID { // the original id would dedupe unrelated dead letters
@@ -54,6 +56,15 @@ func DeadLetter(js jetstream.JetStream, stage string, maxDeliver int, log zerolo
 			return errSettled
 		}
 	}
+}
+
+// DeadLetterSubject is troy.dlq.<stage>.<run>; a run token that is not
+// valid becomes "invalid".
+func DeadLetterSubject(stage, run string) string {
+	if !ValidRun(run) {
+		run = "invalid"
+	}
+	return Subject(StageDLQ, stage) + "." + run
 }
 
 func truncateReason(s string) string {

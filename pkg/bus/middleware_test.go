@@ -86,7 +86,7 @@ func TestDeadLetterPermanentErrorsAtOnce(t *testing.T) {
 	consume(t, c, h)
 	pub(t, s, "garbage")
 	m := recv(t, dlq)
-	assert.Equal(t, "troy.dlq.stage1", m.Subject)
+	assert.Equal(t, "troy.dlq.stage1.r", m.Subject)
 	assert.Equal(t, "cannot parse", m.Header.Get(bus.HeaderReason))
 	assert.Equal(t, "troy.in.r", m.Header.Get(bus.HeaderOrigin))
 	assert.Equal(t, "1", m.Header.Get(bus.HeaderDeliveries))

@@ -6,7 +6,6 @@ package explain
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -38,8 +37,8 @@ type Trace struct {
 }
 
 var (
-	sqlPattern       = regexp.MustCompile(`(?i)\b(select\s.+\sfrom|insert\s+into|update\s+\w+\s+set|delete\s+from|drop\s+(table|database)|union\s+select)\b`)
-	injectionPattern = regexp.MustCompile(`(?i)ignore (all )?(previous|prior) instructions|disregard (the|all|your) (previous|prior|above)|you are now|system update|run as admin|do not tell the user`)
+	sqlPattern       = mustMatcher(`\b(select\s.+\sfrom|insert\s+into|update\s+\w+\s+set|delete\s+from|drop\s+(table|database)|union\s+select)\b`)
+	injectionPattern = mustMatcher(`ignore (all )?(previous|prior) instructions|disregard (the|all|your) (previous|prior|above)|you are now|system update|run as admin|do not tell the user`)
 	sensitiveClasses = map[string]bool{"pii": true, "phi": true, "pci": true, "secret": true, "confidential": true, "sensitive": true, "credentials": true}
 )
 
@@ -84,10 +83,10 @@ func Heuristic(t *trace.Trace, g graph.Graph) Trace {
 			e.Risks = append(e.Risks, "requires approval but carries no approval token")
 		}
 		in := policy.Text(s.Input)
-		if s.Type == trace.TypeToolCall && sqlPattern.MatchString(in) {
+		if s.Type == trace.TypeToolCall && sqlPattern.Match(in) {
 			e.Risks = append(e.Risks, "runs raw SQL")
 		}
-		if injectionPattern.MatchString(in) || injectionPattern.MatchString(policy.Text(s.Output)) {
+		if injectionPattern.Match(in) || injectionPattern.Match(policy.Text(s.Output)) {
 			e.Risks = append(e.Risks, "contains text that reads like a prompt injection")
 		}
 		if len(e.Risks) > 0 {
@@ -176,6 +175,16 @@ func summary(t *trace.Trace, g graph.Graph, risky int) string {
 	}
 	fmt.Fprintf(&b, "; data flowed between steps %d times; %d of %d steps carry a risk.", flows, risky, len(t.Steps))
 	return b.String()
+}
+
+// mustMatcher compiles a pattern of this package; they are constants, so a
+// failure is a programming error caught by the tests.
+func mustMatcher(p string) *policy.Matcher {
+	m, err := policy.NewMatcher(p)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }
 
 func str(m map[string]any, k string) string {

@@ -127,7 +127,7 @@ func (c patternCompiler) Visit(node *ast.Node) {
 	if !ok {
 		return
 	}
-	m, err := newMatcher(s.Value)
+	m, err := NewMatcher(s.Value)
 	if err != nil {
 		*c.errs = append(*c.errs, &file.Error{Location: s.Location(),
 			Message: fmt.Sprintf("bad regular expression %q: %v", s.Value, errors.Unwrap(err))})

@@ -82,9 +82,9 @@ func matches(params ...any) (any, error) {
 	if len(params) != 2 {
 		return nil, fmt.Errorf("matches takes 2 arguments (text, pattern), got %d", len(params))
 	}
-	var m *matcher
+	var m *Matcher
 	switch p := params[1].(type) {
-	case *matcher:
+	case *Matcher:
 		m = p
 	case string:
 		var err error
@@ -94,5 +94,5 @@ func matches(params ...any) (any, error) {
 	default:
 		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
 	}
-	return m.match(Text(params[0])), nil
+	return m.Match(Text(params[0])), nil
 }

@@ -9,20 +9,21 @@ import (
 	"unicode/utf8"
 )
 
-// matcher is a compiled case-insensitive pattern with a cheap prefilter: the
+// Matcher is a compiled case-insensitive pattern with a cheap prefilter: the
 // literals one of which any match must contain. Most text matches none of
 // them, and a substring scan is far cheaper than running the regexp.
-type matcher struct {
+type Matcher struct {
 	re       *regexp.Regexp
 	required []string // lowercase ASCII; nil when no prefilter applies
 }
 
-func newMatcher(pattern string) (*matcher, error) {
+// NewMatcher compiles a case-insensitive pattern, as matches() does.
+func NewMatcher(pattern string) (*Matcher, error) {
 	re, err := regexp.Compile("(?i)" + pattern)
 	if err != nil {
 		return nil, fmt.Errorf("matches: bad pattern %q: %w", pattern, err)
 	}
-	m := &matcher{re: re}
+	m := &Matcher{re: re}
 	if tree, err := syntax.Parse("(?i)"+pattern, syntax.Perl); err == nil {
 		m.required = requiredLiterals(tree.Simplify())
 	}
@@ -82,7 +83,8 @@ func shortest(lits []string) int {
 	return n
 }
 
-func (m *matcher) match(text string) bool {
+// Match reports whether the pattern occurs in text.
+func (m *Matcher) Match(text string) bool {
 	// The prefilter folds ASCII only; other text goes to the regexp, whose
 	// Unicode case folding is the reference.
 	if m.required != nil && isASCII(text) {
@@ -141,18 +143,18 @@ func lower(c byte) byte {
 
 var (
 	matcherMu    sync.RWMutex
-	matcherCache = map[string]*matcher{} // patterns built at run time
+	matcherCache = map[string]*Matcher{} // patterns built at run time
 )
 
 // cachedMatcher compiles a pattern that was not a constant in the condition.
-func cachedMatcher(pattern string) (*matcher, error) {
+func cachedMatcher(pattern string) (*Matcher, error) {
 	matcherMu.RLock()
 	m, ok := matcherCache[pattern]
 	matcherMu.RUnlock()
 	if ok {
 		return m, nil
 	}
-	m, err := newMatcher(pattern)
+	m, err := NewMatcher(pattern)
 	if err != nil {
 		return nil, err
 	}

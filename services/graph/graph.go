@@ -50,10 +50,11 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 
 // Run consumes until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
+// Handle processes one canonical trace (exported for tests that wrap it).
+func (s *Service) Handle(ctx context.Context, m jetstream.Msg) error {
 	var tr trace.Trace
 	if err := events.Unmarshal(m.Data(), &tr); err != nil {
 		return bus.Permanentf("malformed canonical trace: %w", err)

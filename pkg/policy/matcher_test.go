@@ -1,0 +1,44 @@
+package policy
+
+import (
+	"regexp"
+	"regexp/syntax"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRequiredLiterals(t *testing.T) {
+	cases := map[string][]string{
+		`SELECT|INSERT|DROP`:                  {"select", "insert", "drop"},
+		`ignore (all )?previous instructions`: {" previous instructions"},
+		`\bdrop\s+table\b`:                    {"drop"},
+		`(foo)+bar`:                           {"foo"},
+		`a*`:                                  nil,
+		`x|y*`:                                nil,
+		`[0-9]{3}-[0-9]{4}`:                   nil,
+		`system update|run as admin|ignore (all)`: {"system update", "run as admin", "ignore "},
+	}
+	for pattern, want := range cases {
+		tree, err := syntax.Parse("(?i)"+pattern, syntax.Perl)
+		require.NoError(t, err)
+		assert.Equal(t, want, requiredLiterals(tree.Simplify()), pattern)
+	}
+}
+
+// The prefilter may only skip texts the regexp would not match anyway.
+func TestMatcherAgreesWithRegexp(t *testing.T) {
+	patterns := []string{`SELECT|INSERT|UPDATE`, `ignore (all )?previous instructions`, `\bdrop\s+(table|database)\b`,
+		`(foo)+bar`, `^run`, `k`, `straße`, `[0-9]{3}`}
+	texts := []string{"", "select * from t", "SeLeCt", "IGNORE ALL PREVIOUS INSTRUCTIONS now", "ignore previous  instructions",
+		"DROP   TABLE x", "dropped tables", "foofoobar", "fobar", "run it", "please run", "\u212a", "STRASSE", "straße", "Straße", "abc123"}
+	for _, p := range patterns {
+		m, err := NewMatcher(p)
+		require.NoError(t, err)
+		re := regexp.MustCompile("(?i)" + p)
+		for _, s := range texts {
+			assert.Equal(t, re.MatchString(s), m.Match(s), "%q on %q", p, s)
+		}
+	}
+}
