@@ -12,12 +12,12 @@ import (
 func TestRequiredLiterals(t *testing.T) {
 	cases := map[string][]string{
 		`SELECT|INSERT|DROP`:                  {"select", "insert", "drop"},
-		`ignore (all )?previous instructions`: {" previous instructions"},
+		`ignore (all )?previous instructions`: {"previous instructions"},
 		`\bdrop\s+table\b`:                    {"drop"},
 		`(foo)+bar`:                           {"foo"},
 		`a*`:                                  nil,
 		`x|y*`:                                nil,
-		`[0-9]{3}-[0-9]{4}`:                   nil,
+		`[0-9]{3}-[0-9]{4}`:                   {"-"},
 		`system update|run as admin|ignore (all)`: {"system update", "run as admin", "ignore "},
 	}
 	for pattern, want := range cases {
