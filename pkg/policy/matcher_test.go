@@ -13,7 +13,7 @@ func TestRequiredLiterals(t *testing.T) {
 	cases := map[string][]string{
 		`SELECT|INSERT|DROP`:                  {"select", "insert", "drop"},
 		`ignore (all )?previous instructions`: {"previous instructions"},
-		`\bdrop\s+table\b`:                    {"drop"},
+		`\bdrop\s+table\b`:                    {"table"},
 		`(foo)+bar`:                           {"foo"},
 		`a*`:                                  nil,
 		`x|y*`:                                nil,
