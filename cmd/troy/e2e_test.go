@@ -207,6 +207,36 @@ func TestCrashMidBatchThenRerun(t *testing.T) {
 	assert.Len(t, seen, n)
 }
 
+// TestInterruptThenResume stops a batch with SIGINT: troy exits 1 saying how
+// to resume, and the same command finishes the batch.
+func TestInterruptThenResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	_, policy := examples(t)
+	dir := t.TempDir()
+	const n = 600
+	require.NoError(t, tracegen.WriteDir(filepath.Join(dir, "in"), 11, n, 10))
+	cmd := exec.Command(troyBin, "audit-batch", "in", policy, "--out-dir", "out", "--concurrency", "32")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { return countReports(t, filepath.Join(dir, "out")) >= 50 }, time.Minute, 5*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "interrupted run exits non-zero; stderr: %s", stderr.String())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, stderr.String(), "interrupted: run the same command again to resume")
+
+	r := troy(t, dir, "audit-batch", "in", policy, "--out-dir", "out")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, fmt.Sprintf("%d traces: %d audited, 0 rejected", n, n))
+	assert.Equal(t, n, countReports(t, filepath.Join(dir, "out")))
+}
+
 func countReports(t *testing.T, dir string) int {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {

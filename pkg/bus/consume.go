@@ -61,8 +61,8 @@ type ConsumeConfig struct {
 }
 
 // Consume pulls messages from a durable consumer and runs h on each with
-// cfg.Workers goroutines, until ctx is cancelled. In-flight messages finish
-// before it returns; the rest stay on the stream for the next run.
+// cfg.Workers goroutines, until ctx is cancelled. Messages already pulled
+// finish before it returns; the rest stay on the stream for the next run.
 func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg ConsumeConfig) error {
 	workers := max(cfg.Workers, 1)
 	delay := cfg.RetryDelay
@@ -85,7 +85,10 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, cfg Consum
 			}
 		})
 	}
-	stop := context.AfterFunc(ctx, iter.Stop)
+	// Drain, not Stop: messages already pulled into the client buffer are
+	// handled before returning, instead of sitting unacknowledged on the
+	// server until their ack wait runs out.
+	stop := context.AfterFunc(ctx, iter.Drain)
 	defer stop()
 	var loopErr error
 	for {
