@@ -55,6 +55,8 @@ type Bucket struct {
 	Name        string   `json:"name"`
 	Description string   `json:"description"`
 	TTL         Duration `json:"ttl"`
+	// MarkerTTL enables per-message TTLs, so delete markers can expire.
+	MarkerTTL Duration `json:"marker_ttl"`
 }
 
 // Duration reads "30s"-style durations.

@@ -149,6 +149,17 @@ func TestPipelineAuditsExamplesAndRejectsBadInput(t *testing.T) {
 	assert.Contains(t, a.Explanations["s4"].Risks, "receives pii data from step s2")
 	assert.Equal(t, []string{"s2"}, a.Explanations["s4"].FedBy)
 	assert.Equal(t, map[string]int{"critical": 1, "high": 1, "medium": 0, "low": 0}, a.SeverityCounts)
+
+	// Finished joins leave no half behind in the join bucket.
+	join, err := srv.JS.KeyValue(ctx, reporter.JoinBucket)
+	require.NoError(t, err)
+	keys, err := join.ListKeys(ctx)
+	require.NoError(t, err)
+	var left []string
+	for k := range keys.Keys() {
+		left = append(left, k)
+	}
+	assert.Empty(t, left)
 }
 
 // TestMalformedMessagesAreDeadLettered publishes garbage on every stage's

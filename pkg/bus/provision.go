@@ -44,7 +44,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 	}
 	for _, b := range topo.Buckets {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b.Name, Description: b.Description, TTL: b.TTL.Duration,
+			Bucket: b.Name, Description: b.Description, TTL: b.TTL.Duration, LimitMarkerTTL: b.MarkerTTL.Duration,
 			Replicas: replicas(ctx, js, "KV_"+b.Name, topo.Replicas),
 		}); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", b.Name, err)

@@ -23,6 +23,10 @@ const Consumer = "reporter"
 // JoinBucket holds the half of each trace that arrived first.
 const JoinBucket = "troy_join"
 
+// markerTTL is how long a finished join's purge marker lives; nothing
+// watches the bucket, so the shortest the server allows.
+const markerTTL = time.Second
+
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageReport}
 
@@ -118,9 +122,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if err := s.publish(ctx, m, run, key, s.assemble(sc, ex)); err != nil {
 		return err
 	}
-	// Leftovers expire with the bucket's TTL; a failed purge only costs space.
-	_ = s.join.Purge(ctx, key+"."+bus.StageScore)
-	_ = s.join.Purge(ctx, key+"."+bus.StageExplain)
+	// The purge markers expire within seconds, so finished joins leave
+	// nothing behind; a failed purge only costs space until the bucket's TTL.
+	_ = s.join.Purge(ctx, key+"."+bus.StageScore, jetstream.PurgeTTL(markerTTL))
+	_ = s.join.Purge(ctx, key+"."+bus.StageExplain, jetstream.PurgeTTL(markerTTL))
 	return nil
 }
 
