@@ -260,7 +260,8 @@ func countReports(t *testing.T, dir string) int {
 func TestServeThenAuditOverNATS(t *testing.T) {
 	traces, policy := examples(t)
 	dir := t.TempDir()
-	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
+	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+		"--policy", policy, "--reports-dir", "live-reports")
 	serve.Dir = dir
 	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
 	stdout, err := serve.StdoutPipe()
@@ -286,8 +287,20 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 			"embedded and remote NATS give the same audit for %s", id)
 	}
 
+	// A trace streamed in over HTTP is audited with serve's --policy.
+	resp, err := http.Post(httpURL+"/v1/traces", "application/json", bytes.NewReader(read(t, traces, "raw_sql.json")))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	live := filepath.Join(dir, "live-reports", "live", "analytics-agent-sql-005", "audit.json")
+	require.Eventually(t, func() bool { _, err := os.Stat(live); return err == nil }, 30*time.Second, 20*time.Millisecond)
+	var a report.Audit
+	require.Eventually(t, func() bool { return json.Unmarshal(read(t, dir, "live-reports/live/analytics-agent-sql-005/audit.json"), &a) == nil },
+		10*time.Second, 20*time.Millisecond, "the file is complete")
+	assert.Len(t, a.Violations, 3)
+
 	metrics, _ := get(t, httpURL+"/metrics")
-	assert.Regexp(t, `troy_stage_messages_total\{outcome="ok",stage="reporter"\} 12`, metrics)
+	assert.Regexp(t, `troy_stage_messages_total\{outcome="ok",stage="reporter"\} 14`, metrics)
 
 	require.NoError(t, serve.Process.Signal(syscall.SIGTERM))
 	done := make(chan error, 1)

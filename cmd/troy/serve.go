@@ -16,7 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/troy-audit/troy/pkg/httpapi"
 	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/trace"
 )
 
 func newServeCmd(g *globalFlags) *cobra.Command {
@@ -33,7 +36,9 @@ accepts outside clients on --nats-addr, and runs every service in this process.
 With --nats-url it runs the --target services against that server or cluster;
 start more processes of a target to scale it out.
 
-HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
+HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus), and
+POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
+(its report lands on troy.report.<run>, and in --reports-dir if set).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			targets, err := parseTargets(target)
@@ -69,7 +74,21 @@ HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
 				lis.Close()
 				return codeError{exitError, err}
 			}
-			srv := &http.Server{Handler: httpHandler(st, reg), ReadHeaderTimeout: 5 * time.Second}
+			var defaultHash string
+			if def != nil {
+				// stored, so evaluators in other processes can load it by hash
+				store, err := policystore.Open(ctx, st.js)
+				if err == nil {
+					defaultHash, err = store.Put(ctx, def.Policy())
+				}
+				if err != nil {
+					_ = st.Close(grace)
+					lis.Close()
+					return codeError{exitError, err}
+				}
+			}
+			api := httpapi.TracesConfig{Limits: trace.DefaultLimits(), PolicyHash: defaultHash, Log: log}
+			srv := &http.Server{Handler: httpHandler(st, reg, api), ReadHeaderTimeout: 5 * time.Second}
 			go func() {
 				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					st.fail(fmt.Errorf("http: %w", err))
@@ -79,7 +98,7 @@ HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
 			if st.emb != nil {
 				natsWhere = st.emb.ClientURL() + " (embedded, store " + g.dataDir + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: http://%s (/healthz /readyz /metrics)\n", targets, natsWhere, lis.Addr())
+			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: http://%s (/healthz /readyz /metrics, POST /v1/traces)\n", targets, natsWhere, lis.Addr())
 			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", lis.Addr().String()).Msg("troy serving")
 
 			var runErr error
@@ -114,8 +133,9 @@ HTTP on --http-addr: /healthz, /readyz, /metrics (Prometheus).`,
 	return cmd
 }
 
-func httpHandler(st *stack, reg *prometheus.Registry) http.Handler {
+func httpHandler(st *stack, reg *prometheus.Registry, api httpapi.TracesConfig) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("POST /v1/traces", httpapi.Traces(st.js, api))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

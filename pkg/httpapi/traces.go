@@ -1,0 +1,109 @@
+// Package httpapi is troy's HTTP front door: endpoints that turn requests
+// into pipeline messages.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Publisher is the part of JetStream the handler needs.
+type Publisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// TracesConfig configures POST /v1/traces.
+type TracesConfig struct {
+	Limits trace.Limits
+	// PolicyHash is put on traces whose request names no policy (?policy=).
+	PolicyHash string
+	Log        zerolog.Logger
+}
+
+// Accepted is the 202 response.
+type Accepted struct {
+	TraceID    string `json:"trace_id"`
+	Run        string `json:"run"`
+	Key        string `json:"key"`
+	PolicyHash string `json:"policy_hash,omitempty"`
+}
+
+// Problem is the error response: what is wrong and, for traces, every problem.
+type Problem struct {
+	Error    string          `json:"error"`
+	Problems []trace.Problem `json:"problems,omitempty"`
+}
+
+// Traces handles POST /v1/traces[?run=R&policy=HASH]: one trace document in
+// the body, checked at once (400 with every problem) and published to
+// troy.ingest.<run> (default run "live"). Reports appear on troy.report.<run>.
+func Traces(pub Publisher, cfg TracesConfig) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run := r.URL.Query().Get("run")
+		if run == "" {
+			run = bus.LiveRun
+		}
+		if !bus.ValidRun(run) {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("run %q: use 1-64 letters, digits, '-' or '_'", run)})
+			return
+		}
+		policyHash := r.URL.Query().Get("policy")
+		if policyHash == "" {
+			policyHash = cfg.PolicyHash
+		}
+		if policyHash == "" {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: "no policy: start troy serve with --policy FILE, or name a stored policy version with ?policy=sha256:…"})
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(cfg.Limits.MaxBytes)+1))
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			writeJSON(w, http.StatusRequestEntityTooLarge, Problem{Error: fmt.Sprintf("trace is over the %d-byte limit: split it", cfg.Limits.MaxBytes)})
+			return
+		case err != nil:
+			writeJSON(w, http.StatusBadRequest, Problem{Error: "reading the body: " + err.Error()})
+			return
+		}
+		tr, err := trace.Parse(body, cfg.Limits)
+		var invalid *trace.InvalidError
+		if errors.As(err, &invalid) {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: "invalid trace", Problems: invalid.Problems})
+			return
+		}
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: err.Error()})
+			return
+		}
+		key := bus.Key(run, "", tr.TraceID)
+		m := nats.NewMsg(bus.Subject(bus.StageIngest, run))
+		m.Data = body
+		m.Header.Set(bus.HeaderSource, "http/"+tr.TraceID)
+		m.Header.Set(bus.HeaderKey, key)
+		m.Header.Set(bus.HeaderPolicy, policyHash)
+		m.Header.Set(bus.HeaderMsgID, bus.MsgID(bus.StageIngest, key, policyHash))
+		if _, err := pub.PublishMsg(r.Context(), m); err != nil {
+			cfg.Log.Error().Err(err).Str("trace_id", tr.TraceID).Msg("http ingest: publish failed")
+			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the trace; retry later: " + err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusAccepted, Accepted{TraceID: tr.TraceID, Run: run, Key: key, PolicyHash: policyHash})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
