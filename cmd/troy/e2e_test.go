@@ -295,7 +295,9 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	live := filepath.Join(dir, "live-reports", "live", "analytics-agent-sql-005", "audit.json")
 	require.Eventually(t, func() bool { _, err := os.Stat(live); return err == nil }, 30*time.Second, 20*time.Millisecond)
 	var a report.Audit
-	require.Eventually(t, func() bool { return json.Unmarshal(read(t, dir, "live-reports/live/analytics-agent-sql-005/audit.json"), &a) == nil },
+	require.Eventually(t, func() bool {
+		return json.Unmarshal(read(t, dir, "live-reports/live/analytics-agent-sql-005/audit.json"), &a) == nil
+	},
 		10*time.Second, 20*time.Millisecond, "the file is complete")
 	assert.Len(t, a.Violations, 3)
 
