@@ -60,9 +60,10 @@ type compiledRule struct {
 
 // Engine is a policy compiled once, safe for concurrent use.
 type Engine struct {
-	policy *Policy
-	hash   string
-	rules  []compiledRule
+	policy      *Policy
+	hash        string
+	rules       []compiledRule
+	traceGuards bool // some rule can be ruled out once per trace
 }
 
 // Compile checks and compiles every condition of a policy. A condition that
@@ -76,7 +77,9 @@ func Compile(p *Policy) (*Engine, error) {
 			probs = append(probs, *prob)
 			continue
 		}
-		e.rules = append(e.rules, compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw})
+		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw}
+		e.traceGuards = e.traceGuards || cr.guard.whole != nil
+		e.rules = append(e.rules, cr)
 	}
 	if len(probs) > 0 {
 		return nil, &Error{Problems: probs}
@@ -178,11 +181,20 @@ func (e *Engine) Evaluate(t *trace.Trace) Result {
 	agent := map[string]any{"name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
 	env := &Env{Steps: t.Steps, Trace: info, Agent: agent}
 	var machine vm.VM
+	rules := e.rules
+	if e.traceGuards {
+		rules = make([]compiledRule, 0, len(e.rules))
+		for _, r := range e.rules {
+			if !r.guard.skipsTrace(env) {
+				rules = append(rules, r)
+			}
+		}
+	}
 	for i, s := range t.Steps {
 		env.Step, env.StepIndex = s, i
 		env.PrevSteps, env.NextSteps = t.Steps[:i], t.Steps[i+1:]
-		for _, r := range e.rules {
-			if r.guard.skips(i, s.Type) {
+		for _, r := range rules {
+			if r.guard.skips(i, s) {
 				continue
 			}
 			out, err := machine.Run(r.program, env)

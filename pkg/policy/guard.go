@@ -2,16 +2,36 @@ package policy
 
 import (
 	"github.com/expr-lang/expr/ast"
+
+	"github.com/troy-audit/troy/pkg/trace"
 )
 
-// stepGuard lets the engine skip a rule on steps where it cannot fire
-// without running it: a condition whose leftmost conjunct is
-// `step.type == 'X'` or `step_index == N` is false on every other step. Only
-// the leftmost conjunct counts: expr evaluates it first, so skipping gives
-// exactly the result running would (false, never a rule error).
+// stepGuard lets the engine skip a rule where it cannot fire, without running
+// it. Only a condition's leftmost conjunct is read: expr evaluates it first,
+// so when it is false the whole condition is false, and skipping gives exactly
+// what running would (false, never a rule error). Recognised forms:
+//
+//	step.type == 'tool_call'                  skip steps of other types
+//	step_index == 0                           skip other steps
+//	get(step, 'metadata.k'[, d]) == 'v'       skip steps where the value differs
+//	get(agent|trace, 'metadata.k'[, d]) == / != 'v'   decided once per trace
+//
+// The value comparisons follow expr's == for strings and booleans.
 type stepGuard struct {
 	stepType  string
 	stepIndex int // -1: any
+
+	field *fieldTest // on the step
+	whole *fieldTest // on the trace or agent, once per trace
+}
+
+// fieldTest is get(base, path, def) == want (or != when negate).
+type fieldTest struct {
+	base   string // step, agent or trace
+	path   string
+	def    any
+	want   any // string or bool
+	negate bool
 }
 
 func guardOf(node ast.Node) stepGuard {
@@ -19,53 +39,143 @@ func guardOf(node ast.Node) stepGuard {
 	for {
 		b, ok := node.(*ast.BinaryNode)
 		if !ok {
-			break
+			return g
 		}
 		if b.Operator == "and" || b.Operator == "&&" {
 			node = b.Left
 			continue
 		}
-		if b.Operator != "==" {
-			break
+		if b.Operator != "==" && b.Operator != "!=" {
+			return g
 		}
-		if typ, ok := stepTypeEquality(b.Left, b.Right); ok {
-			g.stepType = typ
-		} else if typ, ok := stepTypeEquality(b.Right, b.Left); ok {
-			g.stepType = typ
-		} else if n, ok := stepIndexEquality(b.Left, b.Right); ok {
-			g.stepIndex = n
-		} else if n, ok := stepIndexEquality(b.Right, b.Left); ok {
-			g.stepIndex = n
+		eq := b.Operator == "=="
+		switch {
+		case eq && stepTypeEquality(b.Left, b.Right, &g), eq && stepTypeEquality(b.Right, b.Left, &g):
+		case eq && stepIndexEquality(b.Left, b.Right, &g), eq && stepIndexEquality(b.Right, b.Left, &g):
+		default:
+			ft := getEquality(b.Left, b.Right)
+			if ft == nil {
+				ft = getEquality(b.Right, b.Left)
+			}
+			if ft == nil {
+				return g
+			}
+			ft.negate = !eq
+			switch {
+			case ft.base == "step" && eq:
+				g.field = ft
+			case ft.base == "agent" || ft.base == "trace":
+				g.whole = ft
+			}
 		}
-		break
+		return g
 	}
-	return g
 }
 
-func stepTypeEquality(member, value ast.Node) (string, bool) {
+func stepTypeEquality(member, value ast.Node, g *stepGuard) bool {
 	m, ok := member.(*ast.MemberNode)
 	if !ok || m.Optional {
-		return "", false
+		return false
 	}
 	id, ok := m.Node.(*ast.IdentifierNode)
 	prop, ok2 := m.Property.(*ast.StringNode)
 	val, ok3 := value.(*ast.StringNode)
 	if !ok || !ok2 || !ok3 || id.Value != "step" || prop.Value != "type" {
-		return "", false
+		return false
 	}
-	return val.Value, true
+	g.stepType = val.Value
+	return true
 }
 
-func stepIndexEquality(ident, value ast.Node) (int, bool) {
+func stepIndexEquality(ident, value ast.Node, g *stepGuard) bool {
 	id, ok := ident.(*ast.IdentifierNode)
 	n, ok2 := value.(*ast.IntegerNode)
 	if !ok || !ok2 || id.Value != "step_index" {
-		return 0, false
+		return false
 	}
-	return n.Value, true
+	g.stepIndex = n.Value
+	return true
 }
 
-// skips reports whether the rule cannot fire on step i of type typ.
-func (g stepGuard) skips(i int, typ string) bool {
-	return (g.stepType != "" && g.stepType != typ) || (g.stepIndex >= 0 && g.stepIndex != i)
+// getEquality matches get(step|agent|trace, 'path'[, constant]) against a
+// string or boolean constant.
+func getEquality(call, value ast.Node) *fieldTest {
+	c, ok := call.(*ast.CallNode)
+	if !ok || len(c.Arguments) < 2 || len(c.Arguments) > 3 {
+		return nil
+	}
+	if fn, ok := c.Callee.(*ast.IdentifierNode); !ok || fn.Value != "get" {
+		return nil
+	}
+	base, ok := c.Arguments[0].(*ast.IdentifierNode)
+	if !ok || (base.Value != "step" && base.Value != "agent" && base.Value != "trace") {
+		return nil
+	}
+	path, ok := c.Arguments[1].(*ast.StringNode)
+	if !ok {
+		return nil
+	}
+	ft := &fieldTest{base: base.Value, path: path.Value}
+	if len(c.Arguments) == 3 {
+		d, ok := constant(c.Arguments[2])
+		if !ok {
+			return nil
+		}
+		ft.def = d
+	}
+	want, ok := constant(value)
+	if !ok || want == nil {
+		return nil
+	}
+	ft.want = want
+	return ft
+}
+
+func constant(n ast.Node) (any, bool) {
+	switch v := n.(type) {
+	case *ast.StringNode:
+		return v.Value, true
+	case *ast.BoolNode:
+		return v.Value, true
+	case *ast.NilNode:
+		return nil, true
+	}
+	return nil, false
+}
+
+// holds evaluates the test the way the condition would.
+func (f *fieldTest) holds(base any) bool {
+	v, found := Lookup(base, f.path)
+	if !found || v == nil {
+		v = f.def
+	}
+	eq := false
+	switch w := f.want.(type) {
+	case string:
+		s, ok := v.(string)
+		eq = ok && s == w
+	case bool:
+		b, ok := v.(bool)
+		eq = ok && b == w
+	}
+	return eq != f.negate
+}
+
+// skipsTrace reports whether the rule cannot fire anywhere in this trace.
+func (g stepGuard) skipsTrace(env *Env) bool {
+	if g.whole == nil {
+		return false
+	}
+	base := env.Agent
+	if g.whole.base == "trace" {
+		base = env.Trace
+	}
+	return !g.whole.holds(base)
+}
+
+// skips reports whether the rule cannot fire on step i.
+func (g stepGuard) skips(i int, s *trace.Step) bool {
+	return (g.stepType != "" && g.stepType != s.Type) ||
+		(g.stepIndex >= 0 && g.stepIndex != i) ||
+		(g.field != nil && !g.field.holds(s))
 }

@@ -8,6 +8,7 @@ import (
 )
 
 func TestGuardOnlyFromLeftmostConjunct(t *testing.T) {
+	none := stepGuard{stepIndex: -1}
 	cases := []struct {
 		cond string
 		want stepGuard
@@ -15,10 +16,18 @@ func TestGuardOnlyFromLeftmostConjunct(t *testing.T) {
 		{"step.type == 'tool_call' and get(step, 'x') == 1", stepGuard{stepType: "tool_call", stepIndex: -1}},
 		{"'llm_call' == step.type", stepGuard{stepType: "llm_call", stepIndex: -1}},
 		{"step_index == 0 and len(prev_steps) == 0 and step.type == 'tool_call'", stepGuard{stepIndex: 0}},
-		{"get(step, 'x') == 1 and step.type == 'tool_call'", stepGuard{stepIndex: -1}}, // not leftmost: may error first
-		{"step.type == 'tool_call' or step_index == 0", stepGuard{stepIndex: -1}},
-		{"not (step.type == 'tool_call')", stepGuard{stepIndex: -1}},
-		{"step?.type == 'tool_call'", stepGuard{stepIndex: -1}},
+		{"get(step, 'metadata.c') == 'pii' and true", stepGuard{stepIndex: -1, field: &fieldTest{base: "step", path: "metadata.c", want: "pii"}}},
+		{"true == get(step, 'metadata.r', false)", stepGuard{stepIndex: -1, field: &fieldTest{base: "step", path: "metadata.r", def: false, want: true}}},
+		{"get(agent, 'metadata.p') != 'admin' and true", stepGuard{stepIndex: -1, whole: &fieldTest{base: "agent", path: "metadata.p", want: "admin", negate: true}}},
+		{"get(trace, 'metadata.env') == 'prod'", stepGuard{stepIndex: -1, whole: &fieldTest{base: "trace", path: "metadata.env", want: "prod"}}},
+		{"get(step, 'metadata.c') != 'pii'", none},                 // a step-level != is not a guard
+		{"get(step, 'x') == 1 and step.type == 'tool_call'", none}, // numbers are not compared
+		{"get(step, 'x') == nil", none},
+		{"get(steps, '0.type') == 'y'", none},
+		{"step.input.id > 0 and step.type == 'tool_call'", none}, // not leftmost: may error first
+		{"step.type == 'tool_call' or step_index == 0", none},
+		{"not (step.type == 'tool_call')", none},
+		{"step?.type == 'tool_call'", none},
 	}
 	for _, c := range cases {
 		prog, _, prob := compileCondition(Rule{RuleID: "r", Condition: c.cond})
@@ -27,11 +36,24 @@ func TestGuardOnlyFromLeftmostConjunct(t *testing.T) {
 	}
 }
 
-// Guards change speed, never results: the same rules with the guard hidden
-// behind a no-op give the same violations and errors.
+// Guards change speed, never results: each condition gives the same
+// violations and rule errors as the same condition behind `true and (…)`,
+// which no guard recognises.
 func TestGuardsDoNotChangeResults(t *testing.T) {
 	tr := testTrace(t)
-	conds := []string{"step.type == 'tool_call' and step.input.id > 0", "step_index == 2 and true", "step.type == 'decision'"}
+	conds := []string{
+		"step.type == 'tool_call' and step.input.id > 0",
+		"step_index == 2 and true",
+		"step.type == 'decision'",
+		"get(step, 'metadata.data_classification') == 'pii' and any_next({.type == 'tool_call'})",
+		"get(step, 'metadata.requires_approval') == true and get(step, 'metadata.approval_token') == nil",
+		"get(step, 'metadata.requires_approval', false) == false",
+		"get(step, 'metadata.missing', 'dflt') == 'dflt' and step_index < 2",
+		"get(agent, 'metadata.permission_level') != 'admin' and get(step, 'metadata.permission_level') == 'admin'",
+		"get(agent, 'metadata.permission_level') == 'admin'",
+		"get(trace, 'metadata.env') == 'prod' and step.input.id + 1 > 0",
+		"get(step, 'input') == 'x'",
+	}
 	for _, c := range conds {
 		guarded := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: c}}}
 		plain := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: "true and (" + c + ")"}}}
