@@ -78,7 +78,7 @@ func Compile(p *Policy) (*Engine, error) {
 			continue
 		}
 		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw}
-		e.traceGuards = e.traceGuards || cr.guard.whole != nil
+		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
 		e.rules = append(e.rules, cr)
 	}
 	if len(probs) > 0 {

@@ -7,22 +7,24 @@ import (
 )
 
 // stepGuard lets the engine skip a rule where it cannot fire, without running
-// it. Only a condition's leftmost conjunct is read: expr evaluates it first,
-// so when it is false the whole condition is false, and skipping gives exactly
-// what running would (false, never a rule error). Recognised forms:
+// it. It reads the conjuncts a condition starts with, left to right, for as
+// long as each is one of the forms below. These forms never fail, and expr
+// evaluates `and` left to right, so when any of them is false the condition
+// is false: skipping gives exactly what running would (false, never a rule
+// error).
 //
 //	step.type == 'tool_call'                  skip steps of other types
 //	step_index == 0                           skip other steps
 //	get(step, 'metadata.k'[, d]) == 'v'       skip steps where the value differs
 //	get(agent|trace, 'metadata.k'[, d]) == / != 'v'   decided once per trace
 //
-// The value comparisons follow expr's == for strings and booleans.
+// Value comparisons follow expr's == for strings and booleans.
 type stepGuard struct {
 	stepType  string
 	stepIndex int // -1: any
 
-	field *fieldTest // on the step
-	whole *fieldTest // on the trace or agent, once per trace
+	fields []*fieldTest // on the step
+	wholes []*fieldTest // on the trace or agent, once per trace
 }
 
 // fieldTest is get(base, path, def) == want (or != when negate).
@@ -36,40 +38,52 @@ type fieldTest struct {
 
 func guardOf(node ast.Node) stepGuard {
 	g := stepGuard{stepIndex: -1}
-	for {
-		b, ok := node.(*ast.BinaryNode)
-		if !ok {
-			return g
+	for _, c := range conjuncts(node) {
+		if !g.add(c) {
+			break
 		}
-		if b.Operator == "and" || b.Operator == "&&" {
-			node = b.Left
-			continue
-		}
-		if b.Operator != "==" && b.Operator != "!=" {
-			return g
-		}
-		eq := b.Operator == "=="
-		switch {
-		case eq && stepTypeEquality(b.Left, b.Right, &g), eq && stepTypeEquality(b.Right, b.Left, &g):
-		case eq && stepIndexEquality(b.Left, b.Right, &g), eq && stepIndexEquality(b.Right, b.Left, &g):
-		default:
-			ft := getEquality(b.Left, b.Right)
-			if ft == nil {
-				ft = getEquality(b.Right, b.Left)
-			}
-			if ft == nil {
-				return g
-			}
-			ft.negate = !eq
-			switch {
-			case ft.base == "step" && eq:
-				g.field = ft
-			case ft.base == "agent" || ft.base == "trace":
-				g.whole = ft
-			}
-		}
-		return g
 	}
+	return g
+}
+
+// conjuncts flattens a chain of `and` into its operands, in evaluation order.
+func conjuncts(node ast.Node) []ast.Node {
+	if b, ok := node.(*ast.BinaryNode); ok && (b.Operator == "and" || b.Operator == "&&") {
+		return append(conjuncts(b.Left), b.Right)
+	}
+	return []ast.Node{node}
+}
+
+// add records one conjunct; false when it is not a guard form.
+func (g *stepGuard) add(node ast.Node) bool {
+	b, ok := node.(*ast.BinaryNode)
+	if !ok || (b.Operator != "==" && b.Operator != "!=") {
+		return false
+	}
+	eq := b.Operator == "=="
+	if eq && g.stepType == "" && (stepTypeEquality(b.Left, b.Right, g) || stepTypeEquality(b.Right, b.Left, g)) {
+		return true
+	}
+	if eq && g.stepIndex < 0 && (stepIndexEquality(b.Left, b.Right, g) || stepIndexEquality(b.Right, b.Left, g)) {
+		return true
+	}
+	ft := getEquality(b.Left, b.Right)
+	if ft == nil {
+		ft = getEquality(b.Right, b.Left)
+	}
+	if ft == nil {
+		return false
+	}
+	ft.negate = !eq
+	switch {
+	case ft.base == "step" && eq:
+		g.fields = append(g.fields, ft)
+	case ft.base == "agent" || ft.base == "trace":
+		g.wholes = append(g.wholes, ft)
+	default:
+		return false
+	}
+	return true
 }
 
 func stepTypeEquality(member, value ast.Node, g *stepGuard) bool {
@@ -163,19 +177,27 @@ func (f *fieldTest) holds(base any) bool {
 
 // skipsTrace reports whether the rule cannot fire anywhere in this trace.
 func (g stepGuard) skipsTrace(env *Env) bool {
-	if g.whole == nil {
-		return false
+	for _, w := range g.wholes {
+		base := env.Agent
+		if w.base == "trace" {
+			base = env.Trace
+		}
+		if !w.holds(base) {
+			return true
+		}
 	}
-	base := env.Agent
-	if g.whole.base == "trace" {
-		base = env.Trace
-	}
-	return !g.whole.holds(base)
+	return false
 }
 
 // skips reports whether the rule cannot fire on step i.
 func (g stepGuard) skips(i int, s *trace.Step) bool {
-	return (g.stepType != "" && g.stepType != s.Type) ||
-		(g.stepIndex >= 0 && g.stepIndex != i) ||
-		(g.field != nil && !g.field.holds(s))
+	if (g.stepType != "" && g.stepType != s.Type) || (g.stepIndex >= 0 && g.stepIndex != i) {
+		return true
+	}
+	for _, f := range g.fields {
+		if !f.holds(s) {
+			return true
+		}
+	}
+	return false
 }

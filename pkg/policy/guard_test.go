@@ -14,12 +14,16 @@ func TestGuardOnlyFromLeftmostConjunct(t *testing.T) {
 		want stepGuard
 	}{
 		{"step.type == 'tool_call' and get(step, 'x') == 1", stepGuard{stepType: "tool_call", stepIndex: -1}},
+		{"step.type == 'tool_call' and get(step, 'metadata.z') == 'ext' and any_prev({true}) and get(step, 'k') == 'v'",
+			stepGuard{stepType: "tool_call", stepIndex: -1, fields: []*fieldTest{{base: "step", path: "metadata.z", want: "ext"}}}},
 		{"'llm_call' == step.type", stepGuard{stepType: "llm_call", stepIndex: -1}},
 		{"step_index == 0 and len(prev_steps) == 0 and step.type == 'tool_call'", stepGuard{stepIndex: 0}},
-		{"get(step, 'metadata.c') == 'pii' and true", stepGuard{stepIndex: -1, field: &fieldTest{base: "step", path: "metadata.c", want: "pii"}}},
-		{"true == get(step, 'metadata.r', false)", stepGuard{stepIndex: -1, field: &fieldTest{base: "step", path: "metadata.r", def: false, want: true}}},
-		{"get(agent, 'metadata.p') != 'admin' and true", stepGuard{stepIndex: -1, whole: &fieldTest{base: "agent", path: "metadata.p", want: "admin", negate: true}}},
-		{"get(trace, 'metadata.env') == 'prod'", stepGuard{stepIndex: -1, whole: &fieldTest{base: "trace", path: "metadata.env", want: "prod"}}},
+		{"get(step, 'metadata.c') == 'pii' and true", stepGuard{stepIndex: -1, fields: []*fieldTest{{base: "step", path: "metadata.c", want: "pii"}}}},
+		{"true == get(step, 'metadata.r', false)", stepGuard{stepIndex: -1, fields: []*fieldTest{{base: "step", path: "metadata.r", def: false, want: true}}}},
+		{"get(agent, 'metadata.p') != 'admin' and get(step, 'metadata.p') == 'admin'", stepGuard{stepIndex: -1,
+			wholes: []*fieldTest{{base: "agent", path: "metadata.p", want: "admin", negate: true}},
+			fields: []*fieldTest{{base: "step", path: "metadata.p", want: "admin"}}}},
+		{"get(trace, 'metadata.env') == 'prod'", stepGuard{stepIndex: -1, wholes: []*fieldTest{{base: "trace", path: "metadata.env", want: "prod"}}}},
 		{"get(step, 'metadata.c') != 'pii'", none},                 // a step-level != is not a guard
 		{"get(step, 'x') == 1 and step.type == 'tool_call'", none}, // numbers are not compared
 		{"get(step, 'x') == nil", none},
@@ -53,6 +57,8 @@ func TestGuardsDoNotChangeResults(t *testing.T) {
 		"get(agent, 'metadata.permission_level') == 'admin'",
 		"get(trace, 'metadata.env') == 'prod' and step.input.id + 1 > 0",
 		"get(step, 'input') == 'x'",
+		"step.type == 'tool_call' and get(step, 'metadata.network_zone') == 'external' and any_prev({get(#, 'metadata.data_classification') == 'pii'})",
+		"step.type == 'tool_call' and get(step, 'metadata.network_zone') == 'internal' and step.input.id + 1 > 0",
 	}
 	for _, c := range conds {
 		guarded := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: c}}}

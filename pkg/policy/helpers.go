@@ -94,5 +94,5 @@ func matches(params ...any) (any, error) {
 	default:
 		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
 	}
-	return m.Match(Text(params[0])), nil
+	return m.MatchValue(params[0]), nil
 }

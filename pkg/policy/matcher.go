@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"regexp/syntax"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -15,6 +16,9 @@ import (
 type Matcher struct {
 	re       *regexp.Regexp
 	required []string // lowercase ASCII; nil when no prefilter applies
+	// leafSafe: no required literal holds a JSON structural character, so a
+	// literal found in a value's JSON text lies inside one of its leaves.
+	leafSafe bool
 }
 
 // NewMatcher compiles a case-insensitive pattern, as matches() does.
@@ -33,7 +37,89 @@ func NewMatcher(pattern string) (*Matcher, error) {
 			break
 		}
 	}
+	m.leafSafe = m.required != nil
+	for _, lit := range m.required {
+		if strings.ContainsAny(lit, `"{}[]:,\`) {
+			m.leafSafe = false
+		}
+	}
 	return m, nil
+}
+
+// MatchValue searches a value as matches() does: strings as they are, maps
+// and lists as their JSON text. For maps and lists it first looks for the
+// required literals leaf by leaf, and renders the JSON only when one occurs.
+func (m *Matcher) MatchValue(v any) bool {
+	switch v.(type) {
+	case map[string]any, []any:
+		if m.leafSafe {
+			found, exact := m.inLeaves(v, 0)
+			if exact && !found {
+				return false
+			}
+		}
+	}
+	return m.Match(Text(v))
+}
+
+// inLeaves reports whether a required literal occurs in a key or scalar of v
+// as written in JSON. exact is false when some leaf's JSON differs from its
+// text (escapes, non-ASCII), and the answer cannot be trusted.
+func (m *Matcher) inLeaves(v any, depth int) (found, exact bool) {
+	if depth > maxTextDepth {
+		return false, false
+	}
+	var num [32]byte
+	leaf := func(s string) (bool, bool) {
+		if !plainJSON(s) {
+			return false, false
+		}
+		for _, lit := range m.required {
+			if containsFoldASCII(s, lit) {
+				return true, true
+			}
+		}
+		return false, true
+	}
+	switch x := v.(type) {
+	case nil:
+		return leaf("null")
+	case string:
+		return leaf(x)
+	case bool:
+		return leaf(strconv.FormatBool(x))
+	case float64:
+		return leaf(string(strconv.AppendFloat(num[:0], x, 'f', -1, 64)))
+	case []any:
+		for _, e := range x {
+			if f, ok := m.inLeaves(e, depth+1); f || !ok {
+				return f, ok
+			}
+		}
+		return false, true
+	case map[string]any:
+		for k, e := range x {
+			if f, ok := leaf(k); f || !ok {
+				return f, ok
+			}
+			if f, ok := m.inLeaves(e, depth+1); f || !ok {
+				return f, ok
+			}
+		}
+		return false, true
+	}
+	return false, false
+}
+
+// plainJSON reports whether s is written in JSON exactly as it is: ASCII
+// with nothing to escape.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // requiredLiterals returns literals one of which every match contains, or
