@@ -82,6 +82,9 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 0 audited, 1 the trace or policy was rejected, 2 --fail-on matched.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(); err != nil {
+				return codeError{exitError, err}
+			}
 			if mdPath == "" {
 				mdPath = filepath.Join(defaultOutDir(), report.MarkdownFile)
 			}
@@ -99,12 +102,13 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 					return nil
 				}
 				audit = o.Audit
-				if err := writeOutcome(o, mdPath, jsonPath); err != nil {
-					return err
-				}
-				return nil
+				return writeOutcome(o, mdPath, jsonPath)
 			}
-			res, err := runAudit(cmd, g, f, args[1], auditor.NewRun(), inputs, 1, nil, sink)
+			engine, err := loadPolicy(args[1])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			res, err := runAudit(cmd, g, f, engine, auditor.NewRun(), inputs, 1, nil, sink)
 			if err != nil {
 				return err
 			}
@@ -181,6 +185,9 @@ command again after a crash and it resumes where it stopped. Exit code: 0 all
 audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on matched.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(); err != nil {
+				return codeError{exitError, err}
+			}
 			if outDir == "" {
 				outDir = defaultOutDir()
 			}
@@ -226,7 +233,7 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				return nil
 			}
 			started := time.Now()
-			res, err := runAudit(cmd, g, f, args[1], run, auditor.ReadDir(args[0], files), total, finished, sink)
+			res, err := runAudit(cmd, g, f, engine, run, auditor.ReadDir(args[0], files), total, finished, sink)
 			if err != nil {
 				return err
 			}
@@ -335,15 +342,8 @@ func (r auditResult) exit(f *auditFlags) error {
 
 // runAudit starts (or connects to) the pipeline, submits the inputs and
 // collects one outcome per input.
-func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, policyPath, run string,
+func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.Engine, run string,
 	inputs iter.Seq[auditor.Input], total int, finished []report.Entry, sink auditor.Sink) (auditResult, error) {
-	if err := f.validate(); err != nil {
-		return auditResult{}, codeError{exitError, err}
-	}
-	engine, err := loadPolicy(policyPath)
-	if err != nil {
-		return auditResult{}, codeError{exitError, err}
-	}
 	log, err := g.logger(cmd.ErrOrStderr(), "warn")
 	if err != nil {
 		return auditResult{}, codeError{exitError, err}
