@@ -23,6 +23,8 @@ import (
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/explain"
+	pgraph "github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/services/evaluator"
@@ -249,7 +251,7 @@ func TestReporterJoinSurvivesRestart(t *testing.T) {
 	rp2, err := reporter.New(context.Background(), deps, reporter.DefaultConfig())
 	require.NoError(t, err)
 	start(t, rp2)
-	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explainer.Heuristic{}.MustExplain(tr)})
+	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, pgraph.Graph{})})
 	publish(t, srv.JS, "troy.explain.r2", ex, h)
 
 	got := next(t, reports)
@@ -273,7 +275,7 @@ func TestReporterWritesFilesWhenConfigured(t *testing.T) {
 	tr := mustTrace(t)
 	h := nats.Header{bus.HeaderKey: {"k2"}}
 	sc, _ := json.Marshal(events.Scored{Evaluated: events.Evaluated{TraceID: tr.TraceID, PolicyID: "p", PolicyHash: "sha256:abc"}})
-	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explainer.Heuristic{}.MustExplain(tr)})
+	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, pgraph.Graph{})})
 	publish(t, srv.JS, "troy.explain.live", ex, h)
 	publish(t, srv.JS, "troy.score.live", sc, h)
 	next(t, reports)

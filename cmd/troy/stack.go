@@ -234,9 +234,13 @@ func (s *stack) Close(grace time.Duration) error {
 
 func (s *stack) closeConn() {
 	if s.nc != nil {
-		_ = s.nc.Drain()
-		for s.nc.IsDraining() {
-			time.Sleep(5 * time.Millisecond)
+		closed := make(chan struct{})
+		s.nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+		if err := s.nc.Drain(); err == nil {
+			select { // Drain flushes pending publishes, then closes
+			case <-closed:
+			case <-time.After(10 * time.Second):
+			}
 		}
 		s.nc.Close()
 	}
