@@ -3,25 +3,31 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 
+	"github.com/troy-audit/troy/pkg/detect"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // Env is what a condition sees for one step. A typed struct, not a map: expr
 // evaluates field access on structs several times faster.
 type Env struct {
-	Step      *trace.Step    `expr:"step"`
-	Steps     []*trace.Step  `expr:"steps"`
-	StepIndex int            `expr:"step_index"`
-	PrevSteps []*trace.Step  `expr:"prev_steps"`
-	NextSteps []*trace.Step  `expr:"next_steps"`
-	Trace     map[string]any `expr:"trace"`
-	Agent     map[string]any `expr:"agent"`
+	Step      *trace.Step   `expr:"step"`
+	Steps     []*trace.Step `expr:"steps"`
+	StepIndex int           `expr:"step_index"`
+	PrevSteps []*trace.Step `expr:"prev_steps"`
+	NextSteps []*trace.Step `expr:"next_steps"`
+	// The adjacent steps, nil at the ends. Typed `any` so that
+	// `next_step?.type == 'x'` compares nil instead of failing on it.
+	PrevStep any            `expr:"prev_step"`
+	NextStep any            `expr:"next_step"`
+	Trace    map[string]any `expr:"trace"`
+	Agent    map[string]any `expr:"agent"`
 }
 
 // Violation is one rule firing on one step.
@@ -56,6 +62,7 @@ type compiledRule struct {
 	program *vm.Program
 	guard   stepGuard
 	source  rewritten // to point runtime errors at the user's text
+	loops   bool      // has predicates, so it is timed against the budget
 }
 
 // Engine is a policy compiled once, safe for concurrent use.
@@ -63,13 +70,28 @@ type Engine struct {
 	policy      *Policy
 	hash        string
 	rules       []compiledRule
-	traceGuards bool // some rule can be ruled out once per trace
+	traceGuards bool          // some rule can be ruled out once per trace
+	budget      time.Duration // per rule with loops, per trace
+}
+
+// Options tune an engine.
+type Options struct {
+	// Budget is how long one rule with loops may run on one trace before it
+	// is stopped with a rule error (DefaultBudget when zero).
+	Budget time.Duration
 }
 
 // Compile checks and compiles every condition of a policy. A condition that
-// does not compile is reported with its rule id and its line and column.
-func Compile(p *Policy) (*Engine, error) {
-	e := &Engine{policy: p, hash: p.Hash()}
+// does not compile, or could cost too much, is reported with its rule id
+// (and, for syntax and type errors, its line and column).
+func Compile(p *Policy) (*Engine, error) { return CompileWith(p, Options{}) }
+
+// CompileWith is Compile with options.
+func CompileWith(p *Policy, o Options) (*Engine, error) {
+	e := &Engine{policy: p, hash: p.Hash(), budget: o.Budget}
+	if e.budget <= 0 {
+		e.budget = DefaultBudget
+	}
 	var probs []Problem
 	for _, r := range p.Rules {
 		prog, rw, prob := compileCondition(r)
@@ -77,7 +99,12 @@ func Compile(p *Policy) (*Engine, error) {
 			probs = append(probs, *prob)
 			continue
 		}
-		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw}
+		loops, err := safetyCheck(prog.Node())
+		if err != nil {
+			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
+			continue
+		}
+		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, loops: loops}
 		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
 		e.rules = append(e.rules, cr)
 	}
@@ -103,6 +130,11 @@ func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 		// the pattern parameter is `any`: patternCompiler swaps a constant
 		// pattern for its compiled matcher before type checking
 		expr.Function(matchesFunc, matches, new(func(any, any) bool)),
+		expr.Function("text", text, new(func(any) string)),
+		expr.Function("pii", detector(detect.PII), new(func(any) []any)),
+		expr.Function("secrets", detector(detect.Secrets), new(func(any) []any)),
+		expr.Function("injection", detector(detect.Injection), new(func(any) []any)),
+		expr.Function("urls", detector(detect.URLs), new(func(any) []any)),
 		expr.Patch(patternCompiler{errs: &patternErrs}),
 	)
 	if err == nil && len(patternErrs) > 0 {
@@ -175,7 +207,19 @@ func (e *Engine) Hash() string { return e.hash }
 
 // Evaluate runs every rule on every step of a trace. A rule that errors on a
 // step is recorded in RuleErrors and evaluation goes on.
-func (e *Engine) Evaluate(t *trace.Trace) Result {
+func (e *Engine) Evaluate(t *trace.Trace) Result { return e.evaluate(t, 0, len(t.Steps)) }
+
+// EvaluateStep runs every rule on step i alone, with the whole trace in
+// scope: what the guard asks of a proposed action (the last step).
+func (e *Engine) EvaluateStep(t *trace.Trace, i int) Result {
+	if i < 0 || i >= len(t.Steps) {
+		return Result{Violations: []Violation{}, RuleErrors: []RuleError{}}
+	}
+	return e.evaluate(t, i, i+1)
+}
+
+// evaluate runs the rules on steps [from, to).
+func (e *Engine) evaluate(t *trace.Trace, from, to int) Result {
 	res := Result{Violations: []Violation{}, RuleErrors: []RuleError{}}
 	info := map[string]any{"trace_id": t.TraceID, "agent_name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
 	agent := map[string]any{"name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
@@ -190,14 +234,40 @@ func (e *Engine) Evaluate(t *trace.Trace) Result {
 			}
 		}
 	}
-	for i, s := range t.Steps {
+	var spent []time.Duration // per rule, for rules with loops
+	for i := from; i < to; i++ {
+		s := t.Steps[i]
 		env.Step, env.StepIndex = s, i
 		env.PrevSteps, env.NextSteps = t.Steps[:i], t.Steps[i+1:]
-		for _, r := range rules {
+		env.PrevStep, env.NextStep = nil, nil
+		if i > 0 {
+			env.PrevStep = t.Steps[i-1]
+		}
+		if i+1 < len(t.Steps) {
+			env.NextStep = t.Steps[i+1]
+		}
+		for j, r := range rules {
 			if r.guard.skips(i, s) {
 				continue
 			}
+			var start time.Time
+			if r.loops {
+				if spent == nil {
+					spent = make([]time.Duration, len(rules))
+				}
+				if spent[j] > e.budget {
+					continue // stopped earlier on this trace
+				}
+				start = time.Now()
+			}
 			out, err := machine.Run(r.program, env)
+			if r.loops {
+				if spent[j] += time.Since(start); spent[j] > e.budget {
+					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: fmt.Sprintf(
+						"stopped after %s on this trace, over the %s budget: its loops grow with the trace's length; simplify the condition", spent[j].Round(time.Millisecond), e.budget)})
+					continue
+				}
+			}
 			if err != nil {
 				if len(res.RuleErrors) < maxRuleErrors {
 					msg := err.Error()

@@ -166,3 +166,29 @@ func TestRuntimeErrorPointsAtOriginalText(t *testing.T) {
 	assert.Contains(t, res.RuleErrors[0].Error, "(line 1, column 43)")
 	assert.Contains(t, res.RuleErrors[0].Error, "| any_next({.type == 'x'}) or step.input.id + 1 > 0")
 }
+
+func TestAdjacentStepsTextAndDetectors(t *testing.T) {
+	cases := []struct {
+		name, cond string
+		want       []string
+	}{
+		{"prev_step", "prev_step != nil and prev_step.step_id == 'a'", []string{"b"}},
+		{"prev_step nil on first", "prev_step == nil", []string{"a"}},
+		{"next_step", "next_step?.type == 'tool_call'", []string{"b"}},
+		{"next_step nil on last", "next_step == nil", []string{"c"}},
+		{"text of map is JSON", "text(step.output) == '{\"email\":\"jo@example.com\"}'", []string{"a"}},
+		{"text of string", "text(step.input.prompt) contains 'Ignore'", []string{"b"}},
+		{"text of nil", "text(step.output) == '' and step_index == 2", []string{"c"}},
+		{"pii", "len(pii(text(step.output))) > 0", []string{"a"}},
+		{"pii kind", "any(pii(step.output), {.kind == 'email'})", []string{"a"}},
+		{"pii none", "len(pii(step.input)) > 0", []string{}},
+		{"injection", "any(injection(step.input), {.id == 'override'})", []string{"b"}},
+		{"secrets none", "len(secrets(step)) > 0", []string{}},
+		{"urls", "len(urls(step.input)) == 0 and step_index == 0", []string{"a"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, c.want, fired(t, c.cond))
+		})
+	}
+}

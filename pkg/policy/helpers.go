@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/troy-audit/troy/pkg/detect"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -95,4 +96,29 @@ func matches(params ...any) (any, error) {
 		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
 	}
 	return m.MatchValue(params[0]), nil
+}
+
+// text(x): any value as searchable text (JSON for maps and lists).
+func text(params ...any) (any, error) {
+	if len(params) != 1 {
+		return nil, fmt.Errorf("text takes 1 argument, got %d", len(params))
+	}
+	return Text(params[0]), nil
+}
+
+// detector turns a detect function into a policy helper: it reads any value
+// as text and returns its findings as a list of maps (.kind, .description,
+// .value, …), empty when nothing is found.
+func detector(find func(string) []detect.Finding) func(params ...any) (any, error) {
+	return func(params ...any) (any, error) {
+		if len(params) != 1 {
+			return nil, fmt.Errorf("detectors take 1 argument (the text), got %d", len(params))
+		}
+		fs := find(Text(params[0]))
+		out := make([]any, len(fs))
+		for i, f := range fs {
+			out[i] = f.Map()
+		}
+		return out, nil
+	}
 }

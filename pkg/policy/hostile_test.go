@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/trace"
+	"github.com/troy-audit/troy/pkg/tracegen"
+)
+
+func longTrace(t *testing.T, steps int) *trace.Trace {
+	t.Helper()
+	raw, err := json.Marshal(tracegen.Trace(1, 0, steps))
+	require.NoError(t, err)
+	tr, err := trace.Parse(raw, trace.DefaultLimits())
+	require.NoError(t, err)
+	return tr
+}
+
+// Hostile or runaway conditions are refused at load, or stopped with a rule
+// error: evaluation always ends, quickly, and the rest of the policy runs.
+func TestHostileConditionsAreRefusedAtLoad(t *testing.T) {
+	cases := map[string]string{
+		"cubic loop":     "count(steps, {count(steps, {count(steps, {true}) > 0}) > 0}) > 0",
+		"nested any_*":   "any_step({any_next({.type == 'tool_call'})})",
+		"deep nesting":   strings.Repeat("!", 20000) + "true",
+		"huge AST":       strings.Repeat("step_index == 1 or ", 6000) + "false",
+		"huge range":     "any(1..2000000000, {# == 5})",
+		"regex repeat":   "matches(step.description, 'a{1000}{1000}')",
+		"deep predicate": "any([[[[1]]]], {any(#, {any(#, {any(#, {# == 1})})})})",
+	}
+	for name, cond := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "hostile", Condition: cond}}}
+			require.Empty(t, p.normalize())
+			start := time.Now()
+			_, err := Compile(p)
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, err.Error(), `rule "hostile"`)
+			assert.Less(t, time.Since(start), 5*time.Second)
+		})
+	}
+}
+
+func TestRunawayConditionsStopWithARuleError(t *testing.T) {
+	tr := longTrace(t, 3000)
+	p := &Policy{PolicyID: "p", Rules: []Rule{
+		// quadratic: allowed, but bounded by the time budget on a long trace
+		{RuleID: "slow", Condition: "any_step({matches(text(#.input), 'x.*y.*z.*never')})"},
+		// allocates past expr's memory budget on every run
+		{RuleID: "alloc", Condition: "len(map(1..99999, {1..20})) > 0"},
+		{RuleID: "fine", Condition: "step_index == 2999"},
+	}}
+	require.Empty(t, p.normalize())
+	e, err := CompileWith(p, Options{Budget: 50 * time.Millisecond})
+	require.NoError(t, err)
+	start := time.Now()
+	res := e.Evaluate(tr)
+	assert.Less(t, time.Since(start), 10*time.Second)
+
+	require.Len(t, res.Violations, 1, "the well-behaved rule still runs")
+	assert.Equal(t, "fine", res.Violations[0].RuleID)
+	var slow, alloc []string
+	for _, re := range res.RuleErrors {
+		switch re.RuleID {
+		case "slow":
+			slow = append(slow, re.Error)
+		case "alloc":
+			alloc = append(alloc, re.Error)
+		}
+	}
+	require.Len(t, slow, 1, "stopped once, then skipped")
+	assert.Contains(t, slow[0], "over the 50ms budget")
+	require.NotEmpty(t, alloc)
+	assert.Contains(t, alloc[0], "memory budget exceeded")
+}
+
+func TestConditionsCanDoNoIO(t *testing.T) {
+	for _, cond := range []string{
+		"readFile('/etc/passwd') != ''",
+		"exec('ls') != ''",
+		"step.Field('input') != nil", // methods of Go types are not callable
+	} {
+		p := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "io", Condition: cond}}}
+		require.Empty(t, p.normalize())
+		_, err := Compile(p)
+		assert.ErrorIs(t, err, ErrInvalid, cond)
+	}
+}
