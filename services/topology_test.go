@@ -13,6 +13,7 @@ import (
 	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
@@ -94,7 +95,7 @@ func TestTopologyMatchesCode(t *testing.T) {
 	for _, b := range topo.Buckets {
 		buckets = append(buckets, b.Name)
 	}
-	for _, b := range []string{reporter.JoinBucket, policystore.Bucket} {
+	for _, b := range []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket} {
 		assert.True(t, slices.Contains(buckets, b), "bucket %s used in code is provisioned", b)
 	}
 	assert.Positive(t, topo.ConsumerDefaults.MaxDeliver, "dead-lettering needs a delivery limit")

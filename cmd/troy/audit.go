@@ -354,7 +354,7 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 	cfg := stackConfig{client: g.client("troy-audit"), dataDir: g.dataDir,
 		limits: trace.Limits{MaxBytes: f.maxTraceBytes, MaxSteps: f.maxSteps}}
 	if g.natsURL == "" || f.withServices {
-		cfg.targets = allTargets
+		cfg.targets = pipelineTargets
 	}
 	st, err := startStack(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {

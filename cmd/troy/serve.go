@@ -18,7 +18,6 @@ import (
 
 	"github.com/troy-audit/troy/pkg/httpapi"
 	"github.com/troy-audit/troy/pkg/policy"
-	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -74,20 +73,11 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 				lis.Close()
 				return codeError{exitError, err}
 			}
-			var defaultHash string
+			var defaultPolicy string
 			if def != nil {
-				// stored, so evaluators in other processes can load it by hash
-				store, err := policystore.Open(ctx, st.js)
-				if err == nil {
-					defaultHash, err = store.Put(ctx, def.Policy())
-				}
-				if err != nil {
-					_ = st.Close(grace)
-					lis.Close()
-					return codeError{exitError, err}
-				}
+				defaultPolicy = def.Policy().PolicyID // pushed by startStack
 			}
-			api := httpapi.TracesConfig{Limits: trace.DefaultLimits(), PolicyHash: defaultHash, Log: log}
+			api := httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: defaultPolicy, Log: log}
 			srv := &http.Server{Handler: httpHandler(st, reg, api), ReadHeaderTimeout: 5 * time.Second}
 			go func() {
 				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -122,7 +112,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), "services to run: all, or a comma list of ingest, graph, evaluator, explainer, scorer, reporter (env TROY_TARGET)")
+	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), "services to run: all, or a comma list of ingest, graph, evaluator, explainer, scorer, reporter, guard (env TROY_TARGET)")
 	fl.StringVar(&natsAddr, "nats-addr", envOr("TROY_NATS_ADDR", "127.0.0.1:4222"), "client address of the embedded NATS server (env TROY_NATS_ADDR)")
 	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
 	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")
@@ -136,6 +126,9 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 func httpHandler(st *stack, reg *prometheus.Registry, api httpapi.TracesConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/traces", httpapi.Traces(st.js, api))
+	if st.guard != nil {
+		mux.Handle("POST /v1/guard/check", httpapi.Guard(st.guard))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

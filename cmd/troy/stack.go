@@ -15,10 +15,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/troy-audit/troy/pkg/bus"
+	pguard "github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
+	guardsvc "github.com/troy-audit/troy/services/guard"
 	"github.com/troy-audit/troy/services/graph"
 	"github.com/troy-audit/troy/services/ingest"
 	"github.com/troy-audit/troy/services/reporter"
@@ -26,7 +29,10 @@ import (
 )
 
 // targets every `troy serve --target` accepts, in pipeline order.
-var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter"}
+var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "guard"}
+
+// pipelineTargets are the audit stages: what troy audit runs in-process.
+var pipelineTargets = allTargets[:6]
 
 func parseTargets(s string) ([]string, error) {
 	if s == "" || s == "all" {
@@ -51,7 +57,7 @@ type stackConfig struct {
 	targets    []string
 	workers    int
 	limits     trace.Limits
-	policy     *policy.Engine // evaluator default for live traces
+	policy     *policy.Engine // pushed at start; the default for live traces
 	reportsDir string
 	replicas   int // stream and bucket replicas on a cluster
 }
@@ -62,6 +68,7 @@ type stackConfig struct {
 type stack struct {
 	emb    *bus.Embedded
 	nc     *nats.Conn
+	guard  pguard.Guard // when this process runs the guard target
 	js     jetstream.JetStream
 	log    zerolog.Logger
 	cancel context.CancelFunc
@@ -104,7 +111,18 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 		s.closeConn()
 		return nil, fmt.Errorf("%w (is JetStream enabled on the server?)", err)
 	}
-	runners, err := buildServices(pctx, deps, cfg)
+	if cfg.policy != nil {
+		// pushed before any service starts, so its id resolves everywhere
+		store, err := policystore.Open(pctx, s.js)
+		if err == nil {
+			_, err = store.Push(pctx, cfg.policy.Policy())
+		}
+		if err != nil {
+			s.closeConn()
+			return nil, err
+		}
+	}
+	runners, err := s.buildServices(pctx, deps, cfg, reg)
 	if err != nil {
 		s.closeConn()
 		return nil, err
@@ -123,7 +141,7 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 
 type runFunc func(context.Context) error
 
-func buildServices(ctx context.Context, deps bus.Deps, cfg stackConfig) (map[string]runFunc, error) {
+func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConfig, reg prometheus.Registerer) (map[string]runFunc, error) {
 	out := map[string]runFunc{}
 	workers := func(def int) int {
 		if cfg.workers > 0 {
@@ -153,7 +171,9 @@ func buildServices(ctx context.Context, deps bus.Deps, cfg stackConfig) (map[str
 		case "evaluator":
 			c := evaluator.DefaultConfig()
 			c.Workers = workers(c.Workers)
-			c.Default = cfg.policy
+			if cfg.policy != nil {
+				c.DefaultPolicy = cfg.policy.Policy().PolicyID
+			}
 			var s *evaluator.Service
 			s, err = evaluator.New(ctx, deps, c)
 			r = runOf(s, err)
@@ -176,6 +196,17 @@ func buildServices(ctx context.Context, deps bus.Deps, cfg stackConfig) (map[str
 			var s *reporter.Service
 			s, err = reporter.New(ctx, deps, c)
 			r = runOf(s, err)
+		case "guard":
+			c := guardsvc.Config{}
+			if cfg.policy != nil {
+				c.DefaultPolicy = cfg.policy.Policy().PolicyID
+			}
+			var s *guardsvc.Service
+			s, err = guardsvc.New(ctx, st.nc, deps, reg, c)
+			r = runOf(s, err)
+			if err == nil {
+				st.guard = s.Guard()
+			}
 		}
 		if err != nil {
 			return nil, err

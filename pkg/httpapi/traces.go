@@ -26,17 +26,18 @@ type Publisher interface {
 // TracesConfig configures POST /v1/traces.
 type TracesConfig struct {
 	Limits trace.Limits
-	// PolicyHash is put on traces whose request names no policy (?policy=).
-	PolicyHash string
-	Log        zerolog.Logger
+	// Policy (an id, or a sha256: hash) is put on traces whose request names
+	// none (?policy=).
+	Policy string
+	Log    zerolog.Logger
 }
 
 // Accepted is the 202 response.
 type Accepted struct {
-	TraceID    string `json:"trace_id"`
-	Run        string `json:"run"`
-	Key        string `json:"key"`
-	PolicyHash string `json:"policy_hash,omitempty"`
+	TraceID string `json:"trace_id"`
+	Run     string `json:"run"`
+	Key     string `json:"key"`
+	Policy  string `json:"policy"` // the id or hash it will be evaluated with
 }
 
 // Problem is the error response: what is wrong and, for traces, every problem.
@@ -58,12 +59,12 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("run %q: use 1-64 letters, digits, '-' or '_'", run)})
 			return
 		}
-		policyHash := r.URL.Query().Get("policy")
-		if policyHash == "" {
-			policyHash = cfg.PolicyHash
+		policyRef := r.URL.Query().Get("policy")
+		if policyRef == "" {
+			policyRef = cfg.Policy
 		}
-		if policyHash == "" {
-			writeJSON(w, http.StatusBadRequest, Problem{Error: "no policy: start troy serve with --policy FILE, or name a stored policy version with ?policy=sha256:…"})
+		if policyRef == "" {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: "no policy: start troy serve with --policy FILE, or name a pushed policy with ?policy=ID or ?policy=sha256:…"})
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(cfg.Limits.MaxBytes)+1))
@@ -91,14 +92,14 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 		m.Data = body
 		m.Header.Set(bus.HeaderSource, "http/"+tr.TraceID)
 		m.Header.Set(bus.HeaderKey, key)
-		m.Header.Set(bus.HeaderPolicy, policyHash)
-		m.Header.Set(bus.HeaderMsgID, bus.MsgID(bus.StageIngest, key, policyHash))
+		m.Header.Set(bus.HeaderPolicy, policyRef)
+		m.Header.Set(bus.HeaderMsgID, bus.MsgID(bus.StageIngest, key, policyRef))
 		if _, err := pub.PublishMsg(r.Context(), m); err != nil {
 			cfg.Log.Error().Err(err).Str("trace_id", tr.TraceID).Msg("http ingest: publish failed")
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the trace; retry later: " + err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusAccepted, Accepted{TraceID: tr.TraceID, Run: run, Key: key, PolicyHash: policyHash})
+		writeJSON(w, http.StatusAccepted, Accepted{TraceID: tr.TraceID, Run: run, Key: key, Policy: policyRef})
 	})
 }
 

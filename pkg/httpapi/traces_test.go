@@ -18,7 +18,7 @@ import (
 
 func TestPostTrace(t *testing.T) {
 	srv, _ := bustest.Provisioned(t)
-	h := Traces(srv.JS, TracesConfig{Limits: trace.Limits{MaxBytes: 512, MaxSteps: 10}, PolicyHash: "sha256:def"})
+	h := Traces(srv.JS, TracesConfig{Limits: trace.Limits{MaxBytes: 512, MaxSteps: 10}, Policy: "sha256:def"})
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 
@@ -34,7 +34,7 @@ func TestPostTrace(t *testing.T) {
 	resp, out := post("?run=r1", `{"trace_id":"h1","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`)
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
 	assert.Equal(t, "h1", out["trace_id"])
-	assert.Equal(t, "sha256:def", out["policy_hash"])
+	assert.Equal(t, "sha256:def", out["policy"])
 	s, err := srv.JS.Stream(context.Background(), "TROY_INGEST")
 	require.NoError(t, err)
 	m, err := s.GetLastMsgForSubject(context.Background(), "troy.ingest.r1")

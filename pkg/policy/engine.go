@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/expr-lang/expr"
@@ -185,6 +186,9 @@ func conditionProblem(r Rule, err error, rw rewritten) *Problem {
 	if at := rw.locate(err, r.Condition); at != nil {
 		prob.Message = at.Message + at.Snippet
 		prob.Line, prob.Column = at.Line, at.Column+1
+	}
+	if strings.Contains(prob.Message, "invalid char escape") {
+		prob.Message += "\n   (write regular expressions in backquotes, e.g. matches(x, `\\s+`): in '…' a backslash starts a string escape)"
 	}
 	return prob
 }

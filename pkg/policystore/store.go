@@ -1,12 +1,16 @@
-// Package policystore keeps policy versions in a JetStream KV bucket, keyed
-// by content hash, and hands out compiled engines.
+// Package policystore keeps policy versions in a JetStream KV bucket: each
+// version under its content hash, and for each policy id a pointer to its
+// latest version. Services resolve "id", "sha256:…" or their default to a
+// compiled engine, and see a newly pushed version without a restart.
 package policystore
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,49 +22,159 @@ import (
 // Bucket is the KV bucket of policy versions.
 const Bucket = "troy_policies"
 
-// ErrNotFound is returned for a hash the bucket does not hold.
-var ErrNotFound = errors.New("policy version not found")
+// Key prefixes: versions by hash, latest version by policy id.
+const (
+	versionPrefix = "v."
+	latestPrefix  = "id."
+)
+
+// ErrNotFound is returned for a hash or id the bucket does not hold.
+var ErrNotFound = errors.New("policy not found")
 
 // Store reads and writes policy versions, compiling each hash once.
 type Store struct {
 	kv jetstream.KeyValue
 
-	mu      sync.Mutex
-	engines map[string]*policy.Engine
+	mu      sync.RWMutex
+	engines map[string]*policy.Engine // by hash
+	latest  map[string]string         // policy id -> hash, kept fresh by Watch
+	watched bool
+	def     string // reference used when a request names none
 }
 
 // Open binds to the policies bucket.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	kv, err := js.KeyValue(ctx, Bucket)
 	if err != nil {
-		return nil, fmt.Errorf("policy store: bucket %s: %w", Bucket, err)
+		return nil, fmt.Errorf("policy store: bucket %s: %w (was the topology provisioned?)", Bucket, err)
 	}
-	return &Store{kv: kv, engines: map[string]*policy.Engine{}}, nil
+	return &Store{kv: kv, engines: map[string]*policy.Engine{}, latest: map[string]string{}}, nil
 }
 
-// Put stores a policy version under its hash and returns the hash.
+func versionKey(hash string) string { return versionPrefix + bus.PolicyKey(hash) }
+
+// KV keys allow few characters; any policy id maps to one.
+func latestKey(id string) string {
+	return latestPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// Put stores a policy version under its hash and returns the hash. It does
+// not change which version is the latest of its id (Push does).
 func (s *Store) Put(ctx context.Context, p *policy.Policy) (string, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return "", fmt.Errorf("policy store: %w", err)
 	}
 	h := p.Hash()
-	if _, err := s.kv.Put(ctx, bus.PolicyKey(h), b); err != nil {
+	if _, err := s.kv.Put(ctx, versionKey(h), b); err != nil {
 		return "", fmt.Errorf("policy store: put %s: %w", h, err)
 	}
 	return h, nil
 }
 
-// Engine returns the compiled policy of a hash. A stored policy that no longer
-// compiles or no longer matches its hash is an error, never a silent skip.
-func (s *Store) Engine(ctx context.Context, hash string) (*policy.Engine, error) {
+// Push stores a version and makes it the latest of its policy id: services
+// resolving the id use it from their next check or message on.
+func (s *Store) Push(ctx context.Context, p *policy.Policy) (string, error) {
+	h, err := s.Put(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.kv.PutString(ctx, latestKey(p.PolicyID), h); err != nil {
+		return "", fmt.Errorf("policy store: point %s at %s: %w", p.PolicyID, h, err)
+	}
 	s.mu.Lock()
-	e, ok := s.engines[hash]
+	s.latest[p.PolicyID] = h
 	s.mu.Unlock()
+	return h, nil
+}
+
+// SetDefault sets the reference (id or hash) used when none is given.
+func (s *Store) SetDefault(ref string) {
+	s.mu.Lock()
+	s.def = ref
+	s.mu.Unlock()
+}
+
+// Watch keeps the id -> latest version map fresh from the bucket until ctx
+// ends, so a resolve by id costs no round trip. It returns once the current
+// pointers are loaded.
+func (s *Store) Watch(ctx context.Context) error {
+	w, err := s.kv.Watch(ctx, latestPrefix+">")
+	if err != nil {
+		return fmt.Errorf("policy store: watch: %w", err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		defer w.Stop()
+		for e := range w.Updates() {
+			if e == nil { // the current values are in
+				s.mu.Lock()
+				s.watched = true
+				s.mu.Unlock()
+				close(ready)
+				continue
+			}
+			id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), latestPrefix))
+			if err != nil {
+				continue
+			}
+			s.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				s.latest[string(id)] = string(e.Value())
+			} else {
+				delete(s.latest, string(id))
+			}
+			s.mu.Unlock()
+		}
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Engine resolves a reference: "sha256:…" is that version, any other string
+// is the latest version of that policy id, and "" is the default.
+func (s *Store) Engine(ctx context.Context, ref string) (*policy.Engine, error) {
+	s.mu.RLock()
+	if ref == "" {
+		ref = s.def
+	}
+	hash, known := s.latest[ref]
+	watched := s.watched
+	s.mu.RUnlock()
+	switch {
+	case ref == "":
+		return nil, fmt.Errorf("%w: no policy named and no default set (troy serve --policy)", ErrNotFound)
+	case strings.HasPrefix(ref, "sha256:"):
+		return s.ByHash(ctx, ref)
+	case !known && !watched:
+		e, err := s.kv.Get(ctx, latestKey(ref))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: no policy with id %q; push one with troy policies push", ErrNotFound, ref)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy store: %w", err)
+		}
+		hash = string(e.Value())
+	case !known:
+		return nil, fmt.Errorf("%w: no policy with id %q; push one with troy policies push", ErrNotFound, ref)
+	}
+	return s.ByHash(ctx, hash)
+}
+
+// ByHash returns the compiled policy of a hash. A stored policy that no
+// longer compiles or no longer matches its hash is an error, never a skip.
+func (s *Store) ByHash(ctx context.Context, hash string) (*policy.Engine, error) {
+	s.mu.RLock()
+	e, ok := s.engines[hash]
+	s.mu.RUnlock()
 	if ok {
 		return e, nil
 	}
-	entry, err := s.kv.Get(ctx, bus.PolicyKey(hash))
+	entry, err := s.kv.Get(ctx, versionKey(hash))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: %s is not in bucket %s (the submitter stores it before publishing traces)", ErrNotFound, hash, Bucket)
 	}
@@ -84,7 +198,7 @@ func (s *Store) Engine(ctx context.Context, hash string) (*policy.Engine, error)
 	return e, nil
 }
 
-// Add registers an already-compiled engine (a service's default policy).
+// Add registers an already-compiled engine under its hash.
 func (s *Store) Add(e *policy.Engine) {
 	s.mu.Lock()
 	s.engines[e.Hash()] = e

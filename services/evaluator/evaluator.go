@@ -24,8 +24,10 @@ var Produces = []string{bus.StageEval}
 // Config tunes the service.
 type Config struct {
 	Workers int
-	// Default evaluates traces whose messages name no policy (live traces).
-	Default *policy.Engine
+	// DefaultPolicy (a policy id, or a sha256: hash) evaluates traces whose
+	// messages name no policy. By id, a newly pushed version takes over
+	// without a restart.
+	DefaultPolicy string
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -55,14 +57,15 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Default != nil {
-		store.Add(cfg.Default)
-	}
+	store.SetDefault(cfg.DefaultPolicy)
 	return &Service{deps: deps, cfg: cfg, policies: store}, nil
 }
 
 // Run consumes until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
+	if err := s.policies.Watch(ctx); err != nil {
+		return err
+	}
 	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
 }
 
@@ -88,13 +91,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 }
 
 func (s *Service) engine(ctx context.Context, hash string) (*policy.Engine, error) {
-	if hash == "" {
-		if s.cfg.Default == nil {
-			return nil, bus.Permanentf("message names no policy (%s header) and this evaluator has no default: start it with --policy", bus.HeaderPolicy)
-		}
-		return s.cfg.Default, nil
+	if hash == "" && s.cfg.DefaultPolicy == "" {
+		return nil, bus.Permanentf("message names no policy (%s header) and this evaluator has no default: start it with --policy", bus.HeaderPolicy)
 	}
-	e, err := s.policies.Engine(ctx, hash)
+	e, err := s.policies.Engine(ctx, hash) // "" resolves to the default
 	if errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid) {
 		return nil, bus.Permanent(err)
 	}

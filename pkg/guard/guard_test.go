@@ -1,0 +1,206 @@
+package guard_test
+
+import (
+	"context"
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/httpapi"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/trace"
+	guardsvc "github.com/troy-audit/troy/services/guard"
+)
+
+const policyYAML = `
+policy_id: guard-test
+rules:
+  - rule_id: no-external-after-pii
+    condition: >
+      step.type == 'tool_call' and get(step, 'metadata.network_zone') == 'external' and
+      any_prev({ get(#, 'metadata.data_classification') == 'pii' })
+    severity: critical
+  - rule_id: no-rm-rf
+    condition: step.name == 'bash' and matches(get(step, 'input.cmd', ''), 'rm +-rf')
+    severity: high
+`
+
+func engine(t *testing.T, src string) *policy.Engine {
+	t.Helper()
+	p, err := policy.Parse([]byte(src))
+	require.NoError(t, err)
+	e, err := policy.Compile(p)
+	require.NoError(t, err)
+	return e
+}
+
+var (
+	readPII  = guard.Action{Name: "crm_lookup", Metadata: map[string]any{"data_classification": "pii"}}
+	postOut  = guard.Action{Name: "http_post", Metadata: map[string]any{"network_zone": "external"}}
+	rmRF     = guard.Action{Name: "bash", Input: map[string]any{"cmd": "rm -rf /"}}
+	listDocs = guard.Action{Name: "docs_search"}
+)
+
+func TestLocalDecides(t *testing.T) {
+	ctx := context.Background()
+	g := &guard.Local{Policies: guard.Static{E: engine(t, policyYAML)}}
+
+	d, err := g.Check(ctx, guard.Request{Action: listDocs})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision)
+	assert.Empty(t, d.Violations)
+	assert.Equal(t, "guard-test", d.PolicyID)
+	assert.Contains(t, d.PolicyHash, "sha256:")
+
+	d, err = g.Check(ctx, guard.Request{Action: rmRF})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision)
+	require.Len(t, d.Violations, 1)
+	assert.Equal(t, "no-rm-rf", d.Violations[0].RuleID)
+
+	d, err = g.Check(ctx, guard.Request{Action: rmRF, Mode: guard.Monitor})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision, "monitor mode allows")
+	assert.Len(t, d.Violations, 1, "and still reports")
+
+	history := []*trace.Step{{StepID: "1", Type: "tool_call", Name: "crm_lookup", Metadata: map[string]any{"data_classification": "pii"}}}
+	d, err = g.Check(ctx, guard.Request{Action: postOut, History: history})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision, "any_prev sees the history")
+	d, err = g.Check(ctx, guard.Request{Action: postOut})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision)
+}
+
+func TestRequestsThatCannotBeChecked(t *testing.T) {
+	g := &guard.Local{Policies: guard.Static{E: engine(t, policyYAML)}}
+	for name, req := range map[string]guard.Request{
+		"no tool name": {Action: guard.Action{Type: "tool_call"}},
+		"bad type":     {Action: guard.Action{Type: "teleport", Name: "x"}},
+		"bad mode":     {Action: listDocs, Mode: "audit"},
+		"bad history":  {Action: listDocs, History: []*trace.Step{{Type: "llm_call"}}},
+	} {
+		_, err := g.Check(context.Background(), req)
+		assert.ErrorIs(t, err, guard.ErrBadRequest, name)
+	}
+}
+
+// startGuard runs the guard service on a real server, with the policy pushed.
+func startGuard(t *testing.T) (*bustest.Server, *policystore.Store) {
+	t.Helper()
+	srv, deps := bustest.Provisioned(t)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), engine(t, policyYAML).Policy())
+	require.NoError(t, err)
+	svc, err := guardsvc.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(), guardsvc.Config{DefaultPolicy: "guard-test"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
+	// answering once means subscribed
+	require.Eventually(t, func() bool {
+		d, err := (&guard.NATS{Conn: srv.NC, Opts: guard.RemoteOptions{Timeout: 200 * time.Millisecond}}).Check(context.Background(), guard.Request{Action: listDocs})
+		return err == nil && d.Reason == ""
+	}, 10*time.Second, 20*time.Millisecond)
+	return srv, store
+}
+
+// The three transports give the same decisions, and sessions carry history
+// between checks so any_prev works live.
+func TestTransportsAndSessions(t *testing.T) {
+	srv, store := startGuard(t)
+	sessions, err := guard.OpenSessions(context.Background(), srv.JS)
+	require.NoError(t, err)
+	store.SetDefault("guard-test")
+	local := &guard.Local{Policies: store, Sessions: sessions}
+	web := httptest.NewServer(httpapi.Guard(local))
+	defer web.Close()
+
+	transports := map[string]guard.Guard{
+		"in-process": local,
+		"nats":       &guard.NATS{Conn: srv.NC},
+		"http":       &guard.HTTP{URL: web.URL},
+	}
+	for name, g := range transports {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			session := "s-" + name
+			d, err := g.Check(ctx, guard.Request{SessionID: session, Action: readPII})
+			require.NoError(t, err)
+			assert.Equal(t, guard.Allow, d.Decision)
+			d, err = g.Check(ctx, guard.Request{SessionID: session, Action: postOut})
+			require.NoError(t, err)
+			assert.Equal(t, guard.Block, d.Decision, "the session remembers the PII read")
+			assert.Equal(t, session, d.SessionID)
+			require.Len(t, d.Violations, 1)
+			assert.Equal(t, "no-external-after-pii", d.Violations[0].RuleID)
+
+			d, err = g.Check(ctx, guard.Request{SessionID: "other-" + name, Action: postOut})
+			require.NoError(t, err)
+			assert.Equal(t, guard.Allow, d.Decision, "sessions are separate")
+
+			_, err = g.Check(ctx, guard.Request{Policy: "no-such-policy", Action: listDocs})
+			assert.ErrorContains(t, err, `no policy with id "no-such-policy"`)
+		})
+	}
+	hist, err := sessions.History(context.Background(), "s-nats")
+	require.NoError(t, err)
+	require.Len(t, hist, 1, "only the allowed action is recorded")
+	assert.Equal(t, "crm_lookup", hist[0].Name)
+}
+
+func TestRemoteFailsClosed(t *testing.T) {
+	srv := bustest.RunServer(t) // no guard subscribed
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadURL := "http://" + lis.Addr().String()
+	lis.Close()
+
+	for name, g := range map[string]guard.Guard{
+		"nats": &guard.NATS{Conn: srv.NC, Opts: guard.RemoteOptions{Timeout: 300 * time.Millisecond}},
+		"http": &guard.HTTP{URL: deadURL, Opts: guard.RemoteOptions{Timeout: 300 * time.Millisecond}},
+	} {
+		d, err := g.Check(context.Background(), guard.Request{Action: listDocs})
+		require.NoError(t, err, name)
+		assert.Equal(t, guard.Block, d.Decision, name)
+		assert.Contains(t, d.Reason, "guard unreachable, failing closed", name)
+	}
+	open := &guard.NATS{Conn: srv.NC, Opts: guard.RemoteOptions{Timeout: 300 * time.Millisecond, FailOpen: true}}
+	d, err := open.Check(context.Background(), guard.Request{Action: listDocs})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision)
+	assert.Contains(t, d.Reason, "failing open")
+}
+
+// A pushed version of the policy is used from the next check on.
+func TestHotReload(t *testing.T) {
+	srv, store := startGuard(t)
+	g := &guard.NATS{Conn: srv.NC}
+	d, err := g.Check(context.Background(), guard.Request{Action: guard.Action{Name: "deploy"}})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision)
+	before := d.PolicyHash
+
+	v2 := engine(t, policyYAML+`
+  - rule_id: no-deploys
+    condition: step.name == 'deploy'
+`)
+	_, err = store.Push(context.Background(), v2.Policy())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err = g.Check(context.Background(), guard.Request{Action: guard.Action{Name: "deploy"}})
+		return err == nil && d.Decision == guard.Block
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, v2.Hash(), d.PolicyHash)
+	assert.NotEqual(t, before, d.PolicyHash)
+}

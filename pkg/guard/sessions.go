@@ -1,0 +1,94 @@
+package guard
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// SessionBucket holds each session's allowed actions; entries expire with
+// the bucket's TTL (pipelines/topology.yaml).
+const SessionBucket = "troy_sessions"
+
+// MaxSessionSteps bounds the history kept per session (the latest win).
+const MaxSessionSteps = 500
+
+// KVSessions keeps session histories in a JetStream KV bucket, so every
+// guard process sees the same history.
+type KVSessions struct{ kv jetstream.KeyValue }
+
+// OpenSessions binds to the sessions bucket.
+func OpenSessions(ctx context.Context, js jetstream.JetStream) (*KVSessions, error) {
+	kv, err := js.KeyValue(ctx, SessionBucket)
+	if err != nil {
+		return nil, fmt.Errorf("guard sessions: bucket %s: %w (was the topology provisioned?)", SessionBucket, err)
+	}
+	return &KVSessions{kv: kv}, nil
+}
+
+// KV keys allow few characters; any session id maps to one.
+func sessionKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+
+// History implements Sessions.
+func (s *KVSessions) History(ctx context.Context, session string) ([]*trace.Step, error) {
+	steps, _, err := s.load(ctx, session)
+	return steps, err
+}
+
+func (s *KVSessions) load(ctx context.Context, session string) ([]*trace.Step, uint64, error) {
+	e, err := s.kv.Get(ctx, sessionKey(session))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return []*trace.Step{}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var steps []*trace.Step
+	if err := json.Unmarshal(e.Value(), &steps); err != nil {
+		return nil, 0, fmt.Errorf("stored history is not valid: %w", err)
+	}
+	return steps, e.Revision(), nil
+}
+
+// Append implements Sessions. Concurrent appends to one session retry on
+// the revision check, so none is lost.
+func (s *KVSessions) Append(ctx context.Context, session string, step *trace.Step) error {
+	key := sessionKey(session)
+	for attempt := 0; attempt < 10; attempt++ {
+		steps, rev, err := s.load(ctx, session)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, step)
+		if len(steps) > MaxSessionSteps {
+			steps = steps[len(steps)-MaxSessionSteps:]
+		}
+		data, err := json.Marshal(steps)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("too many concurrent updates to session %q", session)
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

@@ -1,0 +1,43 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+)
+
+// maxGuardRequest bounds a check request (the action plus its history).
+const maxGuardRequest = 8 << 20
+
+// Guard handles POST /v1/guard/check: a guard.Request in, a guard.Decision
+// out (200), or {"error": …} with 400 for a request that cannot be checked.
+func Guard(g guard.Guard) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxGuardRequest))
+		if err != nil {
+			writeJSON(w, http.StatusRequestEntityTooLarge, Problem{Error: "request over 8 MiB: send fewer history steps, or only a session_id"})
+			return
+		}
+		var req guard.Request
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: "request is not a guard request (JSON with action, policy, session_id…): " + err.Error()})
+			return
+		}
+		d, err := g.Check(r.Context(), req)
+		switch {
+		case errors.Is(err, guard.ErrBadRequest):
+			writeJSON(w, http.StatusBadRequest, Problem{Error: err.Error()})
+		case errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid):
+			writeJSON(w, http.StatusUnprocessableEntity, Problem{Error: err.Error()})
+		case err != nil: // the guard itself is failing: remote clients fail closed on 5xx
+			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: err.Error()})
+		default:
+			writeJSON(w, http.StatusOK, d)
+		}
+	})
+}

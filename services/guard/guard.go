@@ -1,0 +1,110 @@
+// Package guard is the service that answers guard checks over NATS
+// request-reply on troy.guard.check: is this proposed action allowed?
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	pguard "github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/policystore"
+)
+
+// Queue is the queue group: each check goes to one guard process.
+const Queue = "guard"
+
+// Config tunes the service.
+type Config struct {
+	// DefaultPolicy (an id or sha256: hash) serves requests that name none.
+	DefaultPolicy string
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error { return nil }
+
+// Service is the guard.
+type Service struct {
+	nc     *nats.Conn
+	deps   bus.Deps
+	local  *pguard.Local
+	store  *policystore.Store
+	checks *prometheus.CounterVec
+	took   prometheus.Histogram
+}
+
+// New builds the service on a NATS connection (request-reply is core NATS).
+func New(ctx context.Context, nc *nats.Conn, deps bus.Deps, reg prometheus.Registerer, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	store, err := policystore.Open(ctx, deps.JS)
+	if err != nil {
+		return nil, err
+	}
+	store.SetDefault(cfg.DefaultPolicy)
+	sessions, err := pguard.OpenSessions(ctx, deps.JS)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{nc: nc, deps: deps, store: store, local: &pguard.Local{Policies: store, Sessions: sessions},
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "troy_guard_checks_total",
+			Help: "Guard checks by decision (allow, block, error)."}, []string{"decision"}),
+		took: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "troy_guard_check_seconds",
+			Help: "Time to answer one guard check.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+	}
+	for _, c := range []prometheus.Collector{s.checks, s.took} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// Guard returns the in-process guard this service answers with (for the
+// HTTP endpoint in the same process).
+func (s *Service) Guard() pguard.Guard { return s.local }
+
+// Run answers checks until ctx is cancelled, then drains its subscription.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.store.Watch(ctx); err != nil {
+		return err
+	}
+	sub, err := s.nc.QueueSubscribe(pguard.Subject, Queue, func(m *nats.Msg) { s.handle(ctx, m) })
+	if err != nil {
+		return fmt.Errorf("guard: subscribe %s: %w", pguard.Subject, err)
+	}
+	<-ctx.Done()
+	return sub.Drain()
+}
+
+func (s *Service) handle(ctx context.Context, m *nats.Msg) {
+	start := time.Now()
+	defer func() { s.took.Observe(time.Since(start).Seconds()) }()
+	var req pguard.Request
+	var reply any
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		reply = map[string]string{"error": "request is not a guard request (JSON with action, policy, session_id…): " + err.Error()}
+	} else if d, err := s.local.Check(context.WithoutCancel(ctx), req); err != nil {
+		reply = map[string]string{"error": err.Error()}
+	} else {
+		reply = d
+		s.checks.WithLabelValues(d.Decision).Inc()
+	}
+	if _, isErr := reply.(map[string]string); isErr {
+		s.checks.WithLabelValues("error").Inc()
+	}
+	body, _ := json.Marshal(reply)
+	if err := m.Respond(body); err != nil {
+		s.deps.Log.Warn().Err(err).Msg("guard: reply failed")
+	}
+}
