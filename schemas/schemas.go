@@ -15,6 +15,7 @@ import (
 	"github.com/invopop/jsonschema"
 
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -39,6 +40,8 @@ var All = []Schema{
 	{"audit.schema.json", "troy audit.json", "One trace audited against one policy: everything needed to replay the audit.", &report.Audit{}, false},
 	{"batch.schema.json", "troy batch.json", "Every input of one troy audit-batch run, audited or rejected.", &report.Batch{}, false},
 	{"rejection.schema.json", "troy rejection", "Published on troy.rejected.<run> for input that is not a valid trace.", &events.Rejected{}, false},
+	{"guard-request.schema.json", "troy guard request", "Asks whether one proposed action may run: NATS request on troy.guard.check, or POST /v1/guard/check.", &guard.Request{}, false},
+	{"guard-decision.schema.json", "troy guard decision", "The guard's answer: allow or block, with the violations and the policy hash. An error reply is {\"error\": \"…\"}.", &guard.Decision{}, false},
 }
 
 // qualifiedName names definitions by package too: trace.Step and

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/score"
@@ -116,3 +118,17 @@ func TestRealDocumentsValidate(t *testing.T) {
 }
 
 var p0 = mustTime("2026-11-30T00:00:00Z")
+
+func TestGuardMessagesValidate(t *testing.T) {
+	req := guard.Request{SessionID: "s1", Action: guard.Action{Name: "http_post", Input: map[string]any{"url": "https://x"}},
+		History: []*trace.Step{{StepID: "1", Type: "tool_call", Name: "crm"}}}
+	assert.NoError(t, validate(t, compile(t, "guard-request.schema.json"), req))
+	p, err := policy.Parse([]byte("policy_id: p\nrules:\n  - rule_id: r\n    condition: step.name == 'http_post'\n"))
+	require.NoError(t, err)
+	e, err := policy.Compile(p)
+	require.NoError(t, err)
+	d, err := (&guard.Local{Policies: guard.Static{E: e}}).Check(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision)
+	assert.NoError(t, validate(t, compile(t, "guard-decision.schema.json"), d))
+}

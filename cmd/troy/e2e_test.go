@@ -18,10 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/tracegen"
 )
@@ -300,6 +302,22 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	},
 		10*time.Second, 20*time.Millisecond, "the file is complete")
 	assert.Len(t, a.Violations, 3)
+
+	// The guard answers over HTTP and NATS, with serve's --policy, and
+	// remembers the session between the two.
+	hg := &guard.HTTP{URL: httpURL}
+	d, err := hg.Check(context.Background(), guard.Request{SessionID: "e2e", Action: guard.Action{Name: "crm_lookup",
+		Metadata: map[string]any{"data_classification": "pii"}}})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision, d.Reason)
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	d, err = (&guard.NATS{Conn: nc}).Check(context.Background(), guard.Request{SessionID: "e2e", Action: guard.Action{Name: "http_post",
+		Metadata: map[string]any{"network_zone": "external"}}})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision, d.Reason)
+	assert.Equal(t, "troy-examples", d.PolicyID)
 
 	metrics, _ := get(t, httpURL+"/metrics")
 	assert.Regexp(t, `troy_stage_messages_total\{outcome="ok",stage="reporter"\} 14`, metrics)
