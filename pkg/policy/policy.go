@@ -56,6 +56,9 @@ type Rule struct {
 	Condition   string `json:"condition" jsonschema:"minLength=1"`
 	Severity    string `json:"severity,omitempty" jsonschema:"enum=critical,enum=high,enum=medium,enum=low,default=medium"`
 	Weight      *int   `json:"weight,omitempty" jsonschema:"minimum=0,default=10"`
+	// Controls names the compliance controls the rule evidences, e.g.
+	// "SOC 2 CC6.1", "HIPAA 164.312(b)", "OWASP LLM01".
+	Controls []string `json:"controls,omitempty"`
 }
 
 // WeightOrDefault is the rule's weight, DefaultWeight when unset.
@@ -147,7 +150,7 @@ func Parse(data []byte) (*Policy, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
 		return nil, &Error{Problems: []Problem{{Message: "policy shape: " + err.Error() +
-			" (expected policy_id, description, rules[] of rule_id, description, condition, severity, weight)"}}}
+			" (expected policy_id, description, rules[] of rule_id, description, condition, severity, weight, controls)"}}}
 	}
 	if probs := p.normalize(); len(probs) > 0 {
 		return nil, &Error{Problems: probs}
