@@ -1,0 +1,381 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// FromPython translates a condition written in the seed's Python subset
+// into troy's expr language:
+//
+//	get(…), matches(…), any_step/any_next/any_prev(lambda s: …), s['k'],
+//	x.get('k', d), and/or/not, ==, !=, in, is None, is not None,
+//	is True/False, True/False/None, str(), len(), json.dumps(x)
+//
+// Anything else is an error naming what is not supported, never a guess.
+func FromPython(cond string) (string, error) {
+	toks, err := pyLex(cond)
+	if err != nil {
+		return "", err
+	}
+	tr := &pyTranslator{toks: toks}
+	out, err := tr.until(nil, "")
+	if err != nil {
+		return "", err
+	}
+	return render(out), nil
+}
+
+// render joins translated tokens with spaces where a person would put them.
+func render(toks []string) string {
+	var b strings.Builder
+	prev := ""
+	for _, tok := range toks {
+		noSpace := prev == "" || strings.HasSuffix(prev, "(") || strings.HasSuffix(prev, "[") || strings.HasSuffix(prev, "{") ||
+			prev == "." ||
+			tok == ")" || tok == "]" || tok == "})" || tok == "," || tok == "." ||
+			((tok == "(" || tok == "[") && (isName(prev) || prev == ")" || prev == "]"))
+		if !noSpace {
+			b.WriteByte(' ')
+		}
+		b.WriteString(tok)
+		prev = tok
+	}
+	return b.String()
+}
+
+func isName(s string) bool {
+	if s == "" || s == "and" || s == "or" || s == "not" || s == "in" {
+		return false
+	}
+	for _, c := range s {
+		if !(unicode.IsLetter(c) || unicode.IsDigit(c) || c == '_' || c == '#') {
+			return false
+		}
+	}
+	return true
+}
+
+type pyTok struct {
+	kind string // name, num, str, op
+	text string
+	pos  int
+}
+
+func pyLex(s string) ([]pyTok, error) {
+	var toks []pyTok
+	r := []rune(s)
+	for i := 0; i < len(r); {
+		c := r[i]
+		switch {
+		case unicode.IsSpace(c):
+			i++
+		case c == '#':
+			return nil, fmt.Errorf("column %d: comments are not supported in a condition", i+1)
+		case unicode.IsLetter(c) || c == '_':
+			j := i
+			for j < len(r) && (unicode.IsLetter(r[j]) || unicode.IsDigit(r[j]) || r[j] == '_') {
+				j++
+			}
+			word := string(r[i:j])
+			if j < len(r) && (r[j] == '\'' || r[j] == '"') && strings.ContainsAny(strings.ToLower(word), "rbuf") && len(word) <= 2 {
+				if strings.ContainsAny(strings.ToLower(word), "bf") {
+					return nil, fmt.Errorf("column %d: %s-strings are not supported", i+1, word)
+				}
+				str, n, err := pyString(r[j:], strings.ContainsRune(strings.ToLower(word), 'r'))
+				if err != nil {
+					return nil, fmt.Errorf("column %d: %w", i+1, err)
+				}
+				toks = append(toks, pyTok{"str", str, i})
+				i = j + n
+				continue
+			}
+			toks = append(toks, pyTok{"name", word, i})
+			i = j
+		case unicode.IsDigit(c):
+			j := i
+			for j < len(r) && (unicode.IsDigit(r[j]) || r[j] == '.' || r[j] == '_') {
+				j++
+			}
+			toks = append(toks, pyTok{"num", strings.ReplaceAll(string(r[i:j]), "_", ""), i})
+			i = j
+		case c == '\'' || c == '"':
+			str, n, err := pyString(r[i:], false)
+			if err != nil {
+				return nil, fmt.Errorf("column %d: %w", i+1, err)
+			}
+			toks = append(toks, pyTok{"str", str, i})
+			i += n
+		default:
+			two := ""
+			if i+1 < len(r) {
+				two = string(r[i : i+2])
+			}
+			switch two {
+			case "==", "!=", "<=", ">=", "**", "//":
+				toks = append(toks, pyTok{"op", two, i})
+				i += 2
+				continue
+			}
+			if strings.ContainsRune("()[]{},:.<>+-*/%", c) {
+				toks = append(toks, pyTok{"op", string(c), i})
+				i++
+				continue
+			}
+			return nil, fmt.Errorf("column %d: %q is not supported", i+1, string(c))
+		}
+	}
+	return toks, nil
+}
+
+// pyString reads a quoted string (value unescaped) and how many runes it took.
+func pyString(r []rune, raw bool) (string, int, error) {
+	q := r[0]
+	if len(r) >= 3 && r[1] == q && r[2] == q {
+		return "", 0, fmt.Errorf("triple-quoted strings are not supported")
+	}
+	var b strings.Builder
+	for i := 1; i < len(r); i++ {
+		switch {
+		case r[i] == q:
+			return b.String(), i + 1, nil
+		case r[i] == '\\' && i+1 < len(r):
+			if raw {
+				b.WriteRune(r[i])
+				b.WriteRune(r[i+1])
+				i++
+				continue
+			}
+			i++
+			switch r[i] {
+			case 'n':
+				b.WriteRune('\n')
+			case 't':
+				b.WriteRune('\t')
+			case '\\', '\'', '"':
+				b.WriteRune(r[i])
+			default:
+				b.WriteRune('\\')
+				b.WriteRune(r[i])
+			}
+		default:
+			b.WriteRune(r[i])
+		}
+	}
+	return "", 0, fmt.Errorf("unterminated string")
+}
+
+type pyTranslator struct {
+	toks   []pyTok
+	i      int
+	lambda string // the current lambda's parameter, rendered as #
+}
+
+// until translates tokens until one of stop (at bracket depth 0) or the end.
+func (t *pyTranslator) until(stop []string, closer string) ([]string, error) {
+	var out []string
+	depth := 0
+	for t.i < len(t.toks) {
+		tok := t.toks[t.i]
+		if depth == 0 && tok.kind == "op" && contains(stop, tok.text) {
+			return out, nil
+		}
+		if tok.kind == "op" && (tok.text == "(" || tok.text == "[" || tok.text == "{") {
+			depth++
+		}
+		if tok.kind == "op" && (tok.text == ")" || tok.text == "]" || tok.text == "}") {
+			if depth == 0 {
+				if closer == "" {
+					return nil, fmt.Errorf("column %d: unbalanced %q", tok.pos+1, tok.text)
+				}
+				return out, nil
+			}
+			depth--
+		}
+		s, err := t.one()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s...)
+	}
+	if closer != "" {
+		return nil, fmt.Errorf("missing %q", closer)
+	}
+	if depth > 0 {
+		return nil, fmt.Errorf("unbalanced brackets: missing \")\", \"]\" or \"}\"")
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *pyTranslator) peek(k int) pyTok {
+	if t.i+k < len(t.toks) {
+		return t.toks[t.i+k]
+	}
+	return pyTok{}
+}
+
+// one translates the construct starting at the current token.
+func (t *pyTranslator) one() ([]string, error) {
+	tok := t.toks[t.i]
+	switch tok.kind {
+	case "str":
+		t.i++
+		return []string{exprString(tok.text)}, nil
+	case "num":
+		t.i++
+		return []string{tok.text}, nil
+	case "op":
+		switch tok.text {
+		case "**", "//":
+			return nil, fmt.Errorf("column %d: operator %s is not supported", tok.pos+1, tok.text)
+		case ":":
+			return nil, fmt.Errorf("column %d: slices and dict literals are not supported", tok.pos+1)
+		}
+		t.i++
+		return []string{tok.text}, nil
+	}
+	// names
+	next := t.peek(1)
+	switch tok.text {
+	case "True", "False":
+		t.i++
+		return []string{strings.ToLower(tok.text)}, nil
+	case "None":
+		t.i++
+		return []string{"nil"}, nil
+	case "and", "or", "not", "in":
+		t.i++
+		return []string{tok.text}, nil
+	case "is":
+		return t.isTest()
+	case "lambda":
+		return nil, fmt.Errorf("column %d: lambda is supported only as the argument of any_step, any_next or any_prev", tok.pos+1)
+	case "str":
+		if next.text == "(" {
+			t.i++
+			return []string{"string"}, nil
+		}
+	case "json":
+		if next.text == "." && t.peek(2).text == "dumps" && t.peek(3).text == "(" {
+			t.i += 3
+			return []string{"text"}, nil
+		}
+		return nil, fmt.Errorf("column %d: only json.dumps(x) is supported from json", tok.pos+1)
+	case "any_step", "any_next", "any_prev":
+		return t.predicate()
+	case "get", "matches", "len", "step", "steps", "step_index", "prev_steps", "next_steps", "trace", "agent":
+	default:
+		if tok.text != t.lambda {
+			return nil, fmt.Errorf("column %d: %q is not part of the supported subset", tok.pos+1, tok.text)
+		}
+	}
+	// a value: maybe x.get(…), x['k'] or a call
+	name := tok.text
+	if name == t.lambda {
+		name = "#"
+	}
+	if next.text == "." {
+		if t.peek(2).text == "get" && t.peek(3).text == "(" {
+			t.i += 4
+			args, err := t.until(nil, ")")
+			if err != nil {
+				return nil, err
+			}
+			t.i++ // )
+			return append(append([]string{"get(", name, ","}, args...), ")"), nil
+		}
+		return nil, fmt.Errorf("column %d: attribute access %s.%s is not supported (use get(%s, 'key') or %s['key'])",
+			t.peek(2).pos+1, tok.text, t.peek(2).text, tok.text, tok.text)
+	}
+	t.i++
+	return []string{name}, nil
+}
+
+// isTest translates is None / is not None / is True / is False.
+func (t *pyTranslator) isTest() ([]string, error) {
+	pos := t.toks[t.i].pos
+	t.i++
+	op := "=="
+	if t.peek(0).text == "not" {
+		op = "!="
+		t.i++
+	}
+	switch v := t.peek(0).text; v {
+	case "None", "True", "False":
+		t.i++
+		lit := map[string]string{"None": "nil", "True": "true", "False": "false"}[v]
+		return []string{op, lit}, nil
+	}
+	return nil, fmt.Errorf("column %d: `is` is supported only with None, True or False", pos+1)
+}
+
+// predicate translates any_*(lambda s: body) to any_*({ body }) with s as #.
+func (t *pyTranslator) predicate() ([]string, error) {
+	fn := t.toks[t.i]
+	if t.peek(1).text != "(" || t.peek(2).text != "lambda" || t.peek(3).kind != "name" || t.peek(4).text != ":" {
+		return nil, fmt.Errorf("column %d: %s takes a lambda, e.g. %s(lambda s: s['type'] == 'tool_call')", fn.pos+1, fn.text, fn.text)
+	}
+	if t.lambda != "" {
+		return nil, fmt.Errorf("column %d: a lambda inside a lambda is not supported", fn.pos+1)
+	}
+	t.lambda = t.peek(3).text
+	t.i += 5
+	body, err := t.until(nil, ")")
+	t.lambda = ""
+	if err != nil {
+		return nil, err
+	}
+	t.i++ // )
+	return append(append([]string{fn.text + "({"}, body...), "})"), nil
+}
+
+// exprString quotes a string for expr: single quotes, or backquotes when it
+// holds a backslash (a regular expression), which expr keeps as written.
+func exprString(s string) string {
+	if strings.Contains(s, `\`) && !strings.ContainsAny(s, "`\n") {
+		return "`" + s + "`"
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\n", `\n`).Replace(s) + "'"
+}
+
+// ImportPython reads a seed-style policy (JSON or YAML) whose conditions are
+// Python expressions and translates each one. Every rule that cannot be
+// translated, or whose translation does not compile, is a problem; the
+// returned policy holds the rules that translated.
+func ImportPython(data []byte) (*Policy, []Problem) {
+	p, err := Parse(data)
+	if err != nil {
+		var pe *Error
+		if errors.As(err, &pe) {
+			return nil, pe.Problems
+		}
+		return nil, []Problem{{Message: err.Error()}}
+	}
+	var probs []Problem
+	out := &Policy{PolicyID: p.PolicyID, Description: p.Description}
+	for _, r := range p.Rules {
+		cond, err := FromPython(r.Condition)
+		if err != nil {
+			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error() + " (in: " + r.Condition + ")"})
+			continue
+		}
+		r.Condition = cond
+		if _, _, prob := compileCondition(r); prob != nil {
+			probs = append(probs, *prob)
+			continue
+		}
+		out.Rules = append(out.Rules, r)
+	}
+	return out, probs
+}

@@ -1,0 +1,89 @@
+package policy
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/trace"
+	"github.com/troy-audit/troy/pkg/tracegen"
+)
+
+func TestFromPython(t *testing.T) {
+	cases := map[string]string{
+		"get(step, 'metadata.data_classification') == 'pii' and any_next(lambda s: s['type'] == 'tool_call' and get(s, 'metadata.network_zone') == 'external')": "get(step, 'metadata.data_classification') == 'pii' and any_next({#['type'] == 'tool_call' and get(#, 'metadata.network_zone') == 'external'})",
+		"matches(json.dumps(step.get('input', {})), r'ignore (all )?previous|run\\s+as admin')":                                                                 "matches(text(get(step, 'input', {})), `ignore (all )?previous|run\\s+as admin`)",
+		"get(step, 'metadata.requires_approval') is True and get(step, 'metadata.approval_token') is None":                                                      "get(step, 'metadata.requires_approval') == true and get(step, 'metadata.approval_token') == nil",
+		"step['type'] != 'llm_call' and not (step.get('name') is not None)":                                                                                     "step['type'] != 'llm_call' and not (get(step, 'name') != nil)",
+		"step_index == 0 and len(prev_steps) == 0 and str(step_index) in ['0', '1']":                                                                            "step_index == 0 and len(prev_steps) == 0 and string(step_index) in ['0', '1']",
+		`matches(step['description'], "it's")`:                                                                                                                  `matches(step['description'], 'it\'s')`,
+	}
+	for py, want := range cases {
+		got, err := FromPython(py)
+		require.NoError(t, err, py)
+		assert.Equal(t, want, got)
+		_, _, prob := compileCondition(Rule{RuleID: "r", Condition: got})
+		assert.Nil(t, prob, got)
+	}
+}
+
+func TestFromPythonRefusesWhatItDoesNotKnow(t *testing.T) {
+	cases := map[string]string{
+		"[s for s in steps]":            `column 2: "s" is not part of the supported subset`,
+		"step.name == 'x'":              "attribute access step.name is not supported (use get(step, 'key') or step['key'])",
+		"lambda s: True":                "lambda is supported only as the argument of any_step, any_next or any_prev",
+		"any_next(len)":                 "any_next takes a lambda",
+		"f'{step}'":                     "f-strings are not supported",
+		"re.search('x', step['input'])": `"re" is not part of the supported subset`,
+		"step_index ** 2 > 4":           "operator ** is not supported",
+		"any_prev(lambda a: any_next(lambda b: True))": "a lambda inside a lambda is not supported",
+		"get(step, 'x') is 5":                          "`is` is supported only with None, True or False",
+		"step['a'] == 1 # note":                        "comments are not supported",
+		"get(step, 'x'":                                `missing ")"`,
+	}
+	for py, want := range cases {
+		_, err := FromPython(py)
+		require.Error(t, err, py)
+		assert.Contains(t, err.Error(), want, py)
+	}
+}
+
+// The reference policy the bench uses translates whole, and the translation
+// fires exactly where the hand-written expr version does.
+func TestFromPythonOnTheBenchPolicy(t *testing.T) {
+	raw, err := os.ReadFile("../../../shared/bench/policy_py.json")
+	if os.IsNotExist(err) {
+		t.Skip("shared bench not present")
+	}
+	require.NoError(t, err)
+	imported, probs := ImportPython(raw)
+	require.Empty(t, probs)
+	ie, err := Compile(imported)
+	require.NoError(t, err)
+	hand, err := Load("testdata/bench_policy.yaml")
+	require.NoError(t, err)
+	he, err := Compile(hand)
+	require.NoError(t, err)
+	for i := range 50 {
+		tr := longTraceN(t, i)
+		got, want := ie.Evaluate(tr), he.Evaluate(tr)
+		require.Empty(t, got.RuleErrors)
+		require.Equal(t, len(want.Violations), len(got.Violations), "trace %d", i)
+		for j := range want.Violations {
+			assert.Equal(t, want.Violations[j].RuleID, got.Violations[j].RuleID)
+			assert.Equal(t, want.Violations[j].StepID, got.Violations[j].StepID)
+		}
+	}
+}
+
+func longTraceN(t *testing.T, n int) *trace.Trace {
+	t.Helper()
+	raw, err := json.Marshal(tracegen.Trace(7, n, 20))
+	require.NoError(t, err)
+	tr, err := trace.Parse(raw, trace.DefaultLimits())
+	require.NoError(t, err)
+	return tr
+}
