@@ -1,0 +1,239 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/templates"
+)
+
+func newPoliciesCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policies",
+		Short: "Bundled policy templates, and lint, import and push of policy files",
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "list", Short: "List the bundled templates", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "TEMPLATE\tRULES\tDESCRIPTION")
+				for _, n := range templates.Names() {
+					p, err := templates.Load(n)
+					if err != nil {
+						return codeError{exitError, err}
+					}
+					fmt.Fprintf(w, "%s\t%d\t%s\n", n, len(p.Rules), firstSentence(p.Description))
+				}
+				return w.Flush()
+			},
+		},
+		&cobra.Command{
+			Use: "show TEMPLATE", Short: "Print a bundled template", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				src, err := templates.Source(args[0])
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				_, err = cmd.OutOrStdout().Write(src)
+				return err
+			},
+		},
+		newPoliciesCopyCmd(), newPoliciesInitCmd(), newPoliciesLintCmd(), newPoliciesImportCmd(), newPoliciesPushCmd(g),
+	)
+	return cmd
+}
+
+func firstSentence(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if i := strings.Index(s, ". "); i >= 0 {
+		return s[:i+1]
+	}
+	return s
+}
+
+// writeNew writes a file, refusing to replace one unless force is set.
+func writeNew(path string, data []byte, force bool) error {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s exists: choose another -o, or pass --force to replace it", path)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func newPoliciesCopyCmd() *cobra.Command {
+	var out string
+	var force bool
+	cmd := &cobra.Command{
+		Use: "copy TEMPLATE -o FILE", Short: "Copy a bundled template to a file to edit", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := templates.Source(args[0])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			if err := writeNew(out, src, force); err != nil {
+				return codeError{exitError, err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "policy.yaml", "file to write")
+	cmd.Flags().BoolVar(&force, "force", false, "replace the file if it exists")
+	return cmd
+}
+
+func newPoliciesInitCmd() *cobra.Command {
+	var out, id string
+	var names []string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "init -t TEMPLATE [-t TEMPLATE…] -o FILE",
+		Short: "Start a policy from one or more templates, merged with rule ids kept unique",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := templates.Merge(id, names...)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			if _, err := policy.Compile(p); err != nil {
+				return codeError{exitError, err}
+			}
+			data, err := yaml.Marshal(p)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			if err := writeNew(out, data, force); err != nil {
+				return codeError{exitError, err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d rules from %s\n", out, len(p.Rules), strings.Join(names, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVarP(&names, "template", "t", nil, "template to include (repeat)")
+	cmd.Flags().StringVarP(&out, "output", "o", "policy.yaml", "file to write")
+	cmd.Flags().StringVar(&id, "id", "my-policy", "policy_id of the new policy")
+	cmd.Flags().BoolVar(&force, "force", false, "replace the file if it exists")
+	return cmd
+}
+
+func newPoliciesLintCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "lint FILE",
+		Short: "Check a policy: every problem with its rule id, line and column; exit 1 if any",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := loadPolicy(args[0])
+			var pe *policy.Error
+			if errors.As(err, &pe) {
+				for _, p := range pe.Problems {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], p.String())
+				}
+				return codeError{exitError, fmt.Errorf("%s: %d problem(s)", args[0], len(pe.Problems))}
+			}
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d rules, %s\n", args[0], len(e.Policy().Rules), e.Hash())
+			return nil
+		},
+	}
+}
+
+func newPoliciesImportCmd() *cobra.Command {
+	var out string
+	var partial, force bool
+	cmd := &cobra.Command{
+		Use:   "import OLD_POLICY -o FILE",
+		Short: "Translate a seed-style policy with Python conditions into troy's language",
+		Long: `Translate a policy whose conditions are Python expressions (the seed's subset:
+get, matches, any_step/any_next/any_prev with lambda, s['k'], x.get('k', d),
+and/or/not, ==, !=, in, is None, is True/False, str(), len(), json.dumps())
+into expr. Rules outside the subset are reported one by one, never guessed;
+with any, nothing is written unless --partial.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			p, probs := policy.ImportPython(data)
+			for _, pr := range probs {
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s: %s\n", args[0], pr.String())
+			}
+			if p == nil || (len(probs) > 0 && !partial) || len(p.Rules) == 0 {
+				return codeError{exitError, fmt.Errorf("%d rule(s) could not be translated; nothing written (--partial writes the others)", len(probs))}
+			}
+			yml, err := yaml.Marshal(p)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			if err := writeNew(out, yml, force); err != nil {
+				return codeError{exitError, err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d rules translated\n", out, len(p.Rules))
+			if len(probs) > 0 {
+				return codeError{exitError, fmt.Errorf("%d rule(s) left out", len(probs))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "policy.yaml", "file to write")
+	cmd.Flags().BoolVar(&partial, "partial", false, "write the rules that translated even if others did not")
+	cmd.Flags().BoolVar(&force, "force", false, "replace the file if it exists")
+	return cmd
+}
+
+func newPoliciesPushCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "push FILE",
+		Short: "Publish a policy version: evaluators and guards using its id switch to it without a restart",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := loadPolicy(args[0])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			log, err := g.logger(cmd.ErrOrStderr(), "warn")
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			st, err := startStack(cmd.Context(), stackConfig{client: g.client("troy-policies"), dataDir: g.dataDir}, log, prometheus.NewRegistry())
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			defer st.Close(10 * time.Second)
+			store, err := policystore.Open(cmd.Context(), st.js)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			h, err := store.Push(cmd.Context(), e.Policy())
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pushed %s as the latest version of %s: %s\n", args[0], e.Policy().PolicyID, h)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPoliciesCommands(t *testing.T) {
+	dir := t.TempDir()
+	r := troy(t, dir, "policies", "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, n := range []string{"minimal", "agent_safety", "owasp_llm_top10", "data_protection", "safe_browsing", "soc2", "hipaa"} {
+		assert.Contains(t, r.stdout, n)
+	}
+	r = troy(t, dir, "policies", "show", "soc2")
+	assert.Equal(t, 0, r.code)
+	assert.Contains(t, r.stdout, "SOC 2 CC6.1")
+	r = troy(t, dir, "policies", "show", "pci")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `no template "pci": choose one of agent_safety`)
+
+	r = troy(t, dir, "policies", "copy", "hipaa", "-o", "mine.yaml")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = troy(t, dir, "policies", "copy", "hipaa", "-o", "mine.yaml")
+	assert.Equal(t, 1, r.code, "no silent overwrite")
+	assert.Contains(t, r.stderr, "mine.yaml exists")
+	r = troy(t, dir, "policies", "lint", "mine.yaml")
+	assert.Equal(t, 0, r.code, r.stdout+r.stderr)
+	assert.Contains(t, r.stdout, "mine.yaml: ok, 6 rules, sha256:")
+
+	r = troy(t, dir, "policies", "init", "-t", "soc2", "-t", "hipaa", "-t", "minimal", "-t", "agent_safety", "-o", "merged.yaml")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = troy(t, dir, "policies", "lint", "merged.yaml")
+	assert.Equal(t, 0, r.code, r.stdout)
+	assert.Contains(t, string(read(t, dir, "merged.yaml")), "rule_id: agent_safety.destructive-shell-command")
+
+	bad := "policy_id: p\nrules:\n  - rule_id: a\n    condition: step.type == \n  - rule_id: b\n    condition: matches(step.input, '\\s')\n    severity: urgent\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(bad), 0o644))
+	r = troy(t, dir, "policies", "lint", "bad.yaml")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stdout, `bad.yaml: rule "b" severity: "urgent" is not one of critical, high, medium, low`)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(strings.Replace(bad, "urgent", "high", 1)), 0o644))
+	r = troy(t, dir, "policies", "lint", "bad.yaml")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stdout, `bad.yaml: rule "a" condition (line 1, column`)
+	assert.Contains(t, r.stdout, `bad.yaml: rule "b" condition (line 1, column 23): invalid char escape`)
+	assert.Contains(t, r.stderr, "bad.yaml: 2 problem(s)")
+}
+
+func TestPoliciesImport(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"policy_id": "legacy", "rules": [
+	  {"rule_id": "ok", "condition": "step['type'] == 'tool_call' and get(step, 'metadata.x') is None", "severity": "low"},
+	  {"rule_id": "comprehension", "condition": "len([s for s in steps if s['type'] == 'tool_call']) > 3"}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "old.json"), []byte(old), 0o644))
+
+	r := troy(t, dir, "policies", "import", "old.json", "-o", "new.yaml")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `rule "comprehension" condition: column 6: "s" is not part of the supported subset`)
+	_, err := os.Stat(filepath.Join(dir, "new.yaml"))
+	assert.True(t, os.IsNotExist(err), "nothing written without --partial")
+
+	r = troy(t, dir, "policies", "import", "old.json", "-o", "new.yaml", "--partial")
+	assert.Equal(t, 1, r.code, "still says a rule was left out")
+	assert.Contains(t, r.stdout, "wrote new.yaml: 1 rules translated")
+	assert.Contains(t, string(read(t, dir, "new.yaml")), "step['type'] == 'tool_call' and get(step, 'metadata.x') == nil")
+	r = troy(t, dir, "policies", "lint", "new.yaml")
+	assert.Equal(t, 0, r.code, r.stdout)
+}
+
+func TestPoliciesPushToTheEmbeddedStore(t *testing.T) {
+	_, policy := examples(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "policies", "push", policy)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "as the latest version of troy-examples: sha256:")
+}
