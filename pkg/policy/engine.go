@@ -132,6 +132,7 @@ func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 		// pattern for its compiled matcher before type checking
 		expr.Function(matchesFunc, matches, new(func(any, any) bool)),
 		expr.Function("text", text, new(func(any) string)),
+		expr.Function("json", jsonHelper, new(func(any) any)),
 		expr.Function("pii", detector(detect.PII), new(func(any) []any)),
 		expr.Function("secrets", detector(detect.Secrets), new(func(any) []any)),
 		expr.Function("injection", detector(detect.Injection), new(func(any) []any)),

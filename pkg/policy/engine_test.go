@@ -192,3 +192,10 @@ func TestAdjacentStepsTextAndDetectors(t *testing.T) {
 		})
 	}
 }
+
+func TestJSONHelper(t *testing.T) {
+	assert.Equal(t, []string{"a"}, fired(t, `json('{"k": [1, 2]}').k[1] == 2 and step_index == 0`))
+	assert.Equal(t, []string{"a"}, fired(t, `json(step.output)?.email == 'jo@example.com'`), "maps pass through")
+	assert.Equal(t, []string{"a", "b", "c"}, fired(t, `json('not json') == nil and json(42) == nil`))
+	assert.Equal(t, []string{"a", "b", "c"}, fired(t, `(json(step.description) ?? {}).x == nil`))
+}

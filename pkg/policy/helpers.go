@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -121,4 +122,24 @@ func detector(find func(string) []detect.Finding) func(params ...any) (any, erro
 		}
 		return out, nil
 	}
+}
+
+// json(x): a JSON string parsed into maps and lists; nil when x is not a
+// string holding JSON (maps and lists come back as they are), so a policy
+// can read structured tool output: (json(step.output) ?? {}).sender.
+func jsonHelper(params ...any) (any, error) {
+	if len(params) != 1 {
+		return nil, fmt.Errorf("json takes 1 argument, got %d", len(params))
+	}
+	switch v := params[0].(type) {
+	case map[string]any, []any:
+		return v, nil
+	case string:
+		var out any
+		if err := json.Unmarshal([]byte(v), &out); err != nil {
+			return nil, nil
+		}
+		return out, nil
+	}
+	return nil, nil
 }
