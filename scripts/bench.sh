@@ -3,7 +3,8 @@
 #   1. evaluator step-evaluations/s (8-rule policy, one core and all cores),
 #      beside the Python reference evaluator (../shared/bench/troy_ref.py) on
 #      the same generated traces;
-#   2. troy audit-batch on 1,000 and 10,000 traces x 20 steps (embedded NATS,
+#   2. guard check latency in process, over NATS request-reply and over HTTP;
+#   3. troy audit-batch on 1,000 and 10,000 traces x 20 steps (embedded NATS,
 #      offline explainer): traces/s and peak RSS, with the output folder on
 #      disk and on tmpfs (file creation is slow on some virtual disks).
 # BENCH_TRACES=N overrides the large batch size. Everything stays local.
@@ -44,6 +45,12 @@ PY
 else
   echo "  python reference skipped: $SHARED/bench/troy_ref.py or python3 not found"
 fi
+
+echo
+echo "== guard check, agent_safety template, 4-step history (latency per check)"
+go test -run '^$' -bench 'BenchmarkGuard' -benchtime 20000x ./pkg/guard/ |
+  awk '/^BenchmarkGuard/ { p50=""; p99=""; for (i=1;i<=NF;i++) { if ($(i)=="p50-µs") p50=$(i-1); if ($(i)=="p99-µs") p99=$(i-1) }
+       printf "  %-28s p50 %8s µs   p99 %8s µs\n", $1, p50, p99 }'
 
 batch() { # name traces-dir out-parent
   local name=$1 dir=$2 parent=$3 n

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-var piiRules = []rule{
+var piiRules = prepare([]rule{
 	{kind: "email", description: "email address",
 		re: regexp.MustCompile(`\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b`)},
 	{kind: "us_ssn", description: "US social security number",
@@ -17,7 +17,7 @@ var piiRules = []rule{
 		re: regexp.MustCompile(`\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b`), valid: validIBAN},
 	{kind: "phone", description: "phone number",
 		re: regexp.MustCompile(`(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?|\b\d{2,4}[ .-])\d{3,4}[ .-]\d{3,4}\b`), valid: validPhone, standalone: true},
-}
+})
 
 // PII finds emails, phone numbers, US SSNs, Luhn-valid payment cards and
 // IBANs with a valid checksum.

@@ -2,7 +2,7 @@ package detect
 
 import "regexp"
 
-var secretRules = []rule{
+var secretRules = prepare([]rule{
 	{kind: "private_key", description: "private key block",
 		re: regexp.MustCompile(`-----BEGIN (?:RSA |EC |DSA |OPENSSH |PGP |ENCRYPTED )?PRIVATE KEY(?: BLOCK)?-----`)},
 	{kind: "aws_access_key", description: "AWS access key id",
@@ -18,7 +18,7 @@ var secretRules = []rule{
 	{kind: "generic_secret", description: "high-entropy value assigned to a key, token, secret or password",
 		re:    regexp.MustCompile(`(?i)\b[a-z0-9_.-]*(?:api[_-]?key|secret|token|passw(?:or)?d|pwd|access[_-]?key)[a-z0-9_.-]*["']?\s*[:=]\s*["']?([A-Za-z0-9+/_.~=-]{12,})`),
 		group: 1, valid: func(v string) bool { return entropy(v) >= 3.5 }},
-}
+})
 
 // Secrets finds private-key blocks, AWS access keys, GitHub and Slack tokens,
 // Azure account keys, JWTs, and high-entropy values assigned to key, token,

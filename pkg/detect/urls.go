@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-var urlRules = []rule{
+var urlRules = prepare([]rule{
 	{kind: "url", description: "URL",
 		re: regexp.MustCompile(`(?i)\b(?:https?|ftp)://[^\s"'<>()\[\]{}]+`), valid: func(s string) bool {
 			u, err := url.Parse(strings.TrimRight(s, ".,;:!?"))
 			return err == nil && u.Host != ""
 		}},
-}
+})
 
 // URLs finds http, https and ftp URLs, each with its host. Trailing
 // punctuation is not part of a URL.

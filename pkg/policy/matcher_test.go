@@ -2,30 +2,11 @@ package policy
 
 import (
 	"regexp"
-	"regexp/syntax"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func TestRequiredLiterals(t *testing.T) {
-	cases := map[string][]string{
-		`SELECT|INSERT|DROP`:                  {"select", "insert", "drop"},
-		`ignore (all )?previous instructions`: {"previous instructions"},
-		`\bdrop\s+table\b`:                    {"table"},
-		`(foo)+bar`:                           {"foo"},
-		`a*`:                                  nil,
-		`x|y*`:                                nil,
-		`[0-9]{3}-[0-9]{4}`:                   {"-"},
-		`system update|run as admin|ignore (all)`: {"system update", "run as admin", "ignore "},
-	}
-	for pattern, want := range cases {
-		tree, err := syntax.Parse("(?i)"+pattern, syntax.Perl)
-		require.NoError(t, err)
-		assert.Equal(t, want, requiredLiterals(tree.Simplify()), pattern)
-	}
-}
 
 // The prefilter may only skip texts the regexp would not match anyway.
 func TestMatcherAgreesWithRegexp(t *testing.T) {
