@@ -6,6 +6,7 @@ package services_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,6 +27,7 @@ import (
 	"github.com/troy-audit/troy/pkg/explain"
 	pgraph "github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
@@ -363,4 +365,40 @@ func (p poisonGraph) Run(ctx context.Context) error {
 		}
 		return svc.Handle(ctx, m)
 	})
+}
+
+// TestEvaluatorPicksUpAPushedPolicy: traces that name no policy use the
+// evaluator's default by id; pushing a new version of that id switches the
+// evaluator to it without a restart.
+func TestEvaluatorPicksUpAPushedPolicy(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	v1, err := policy.Parse([]byte("policy_id: live\nrules:\n  - rule_id: r1\n    condition: 'true'\n"))
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), v1)
+	require.NoError(t, err)
+	cfg := evaluator.DefaultConfig()
+	cfg.DefaultPolicy = "live"
+	ev, err := evaluator.New(context.Background(), deps, cfg)
+	require.NoError(t, err)
+	start(t, ev)
+	evals := subscribe(t, srv.NC, "troy.eval.>")
+
+	g, _ := json.Marshal(events.Graphed{Trace: mustTrace(t)})
+	publish(t, srv.JS, "troy.graph.live", g, nats.Header{bus.HeaderKey: {"k1"}})
+	var got events.Evaluated
+	require.NoError(t, json.Unmarshal(next(t, evals).Data, &got))
+	assert.Equal(t, v1.Hash(), got.PolicyHash)
+
+	v2, err := policy.Parse([]byte("policy_id: live\nrules:\n  - rule_id: r2\n    condition: 'true'\n"))
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), v2)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		publish(t, srv.JS, "troy.graph.live", g, nats.Header{bus.HeaderKey: {fmt.Sprint(time.Now().UnixNano())}})
+		require.NoError(t, json.Unmarshal(next(t, evals).Data, &got))
+		return got.PolicyHash == v2.Hash()
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, "r2", got.Violations[0].RuleID)
 }
