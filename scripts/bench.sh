@@ -3,7 +3,8 @@
 #   1. evaluator step-evaluations/s (8-rule policy, one core and all cores),
 #      beside the Python reference evaluator (../shared/bench/troy_ref.py) on
 #      the same generated traces;
-#   2. guard check latency in process, over NATS request-reply and over HTTP;
+#   2. guard check latency in process, over NATS request-reply and over HTTP,
+#      and the LLM explainer against a local stub answering in 200 ms;
 #   3. troy audit-batch on 1,000 and 10,000 traces x 20 steps (embedded NATS,
 #      offline explainer): traces/s and peak RSS, with the output folder on
 #      disk and on tmpfs (file creation is slow on some virtual disks).
@@ -51,6 +52,12 @@ echo "== guard check, agent_safety template, 4-step history (latency per check)"
 go test -run '^$' -bench 'BenchmarkGuard' -benchtime 20000x ./pkg/guard/ |
   awk '/^BenchmarkGuard/ { p50=""; p99=""; for (i=1;i<=NF;i++) { if ($(i)=="p50-µs") p50=$(i-1); if ($(i)=="p99-µs") p99=$(i-1) }
        printf "  %-28s p50 %8s µs   p99 %8s µs\n", $1, p50, p99 }'
+
+echo
+echo "== LLM explainer: 1,000 steps (50 traces x 20) against a local stub answering in 200 ms, concurrency 16"
+go test -run '^$' -bench 'BenchmarkLLMExplainer' -benchtime 1x ./pkg/explain/ |
+  awk '/^BenchmarkLLM/ { for (i=1;i<=NF;i++) { if ($(i)=="wall-s") w=$(i-1); if ($(i)=="ideal-s") id=$(i-1); if ($(i)=="overhead-ms/call") o=$(i-1); if ($(i)=="max-in-flight") m=$(i-1) }
+       printf "  wall %s s (ideal %s s incl. 50 summaries), overhead %s ms per call, at most %s calls in flight\n", w, id, o, m }'
 
 batch() { # name traces-dir out-parent
   local name=$1 dir=$2 parent=$3 n

@@ -32,6 +32,7 @@ type auditFlags struct {
 	maxSteps      int
 	withServices  bool
 	jsonOut       bool
+	llm           llmFlags
 }
 
 func (f *auditFlags) register(cmd *cobra.Command) {
@@ -43,6 +44,7 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxSteps, "max-steps", lim.MaxSteps, "reject traces with more steps than this")
 	fl.BoolVar(&f.withServices, "with-services", false, "with --nats-url, also run the pipeline services in this process (default: they run under troy serve)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
+	f.llm.register(cmd)
 }
 
 func (f *auditFlags) validate() error {
@@ -286,6 +288,9 @@ func firstOr(s []string, def string) string {
 // and a file torn by a crash is rewritten when the run resumes, because the
 // journal records an input only after its files are written.
 func writeOutcome(o auditor.Outcome, mdPath, jsonPath string) error {
+	if err := report.WriteResponses(filepath.Dir(jsonPath), o.Responses); err != nil {
+		return err
+	}
 	pretty, err := indent(o.Audit)
 	if err != nil {
 		pretty = o.Audit
@@ -355,6 +360,9 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 		limits: trace.Limits{MaxBytes: f.maxTraceBytes, MaxSteps: f.maxSteps}}
 	if g.natsURL == "" || f.withServices {
 		cfg.targets = pipelineTargets
+		if cfg.llm, err = f.llm.resolve(cmd, cmd.ErrOrStderr()); err != nil {
+			return auditResult{}, codeError{exitError, err}
+		}
 	}
 	st, err := startStack(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {

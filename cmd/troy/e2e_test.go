@@ -55,11 +55,17 @@ type result struct {
 // troy runs the binary in dir with its own data dir and returns what it printed.
 func troy(t *testing.T, dir string, args ...string) result {
 	t.Helper()
+	return troyEnv(t, dir, []string{"OPENAI_API_KEY=", "OPENAI_BASE_URL="}, args...)
+}
+
+// troyEnv is troy with extra environment (later entries win).
+func troyEnv(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, troyBin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL=")
+	cmd.Env = append(append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL="), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 func newServeCmd(g *globalFlags) *cobra.Command {
 	var target, natsAddr, httpAddr, policyPath, reportsDir string
 	var workers, replicas int
+	var lf llmFlags
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -65,6 +67,12 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
 				workers: workers, policy: def, reportsDir: reportsDir, replicas: replicas}
+			if slices.Contains(targets, "explainer") {
+				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
+					lis.Close()
+					return codeError{exitError, err}
+				}
+			}
 			if g.natsURL == "" {
 				cfg.listen = natsAddr
 			}
@@ -120,6 +128,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
+	lf.register(cmd)
 	return cmd
 }
 

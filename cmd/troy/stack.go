@@ -15,7 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/explain"
 	pguard "github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -59,7 +61,8 @@ type stackConfig struct {
 	limits     trace.Limits
 	policy     *policy.Engine // pushed at start; the default for live traces
 	reportsDir string
-	replicas   int // stream and bucket replicas on a cluster
+	replicas   int       // stream and bucket replicas on a cluster
+	llm        *llmSetup // nil: the offline explainer
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the
@@ -180,6 +183,11 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 		case "explainer":
 			c := explainer.DefaultConfig()
 			c.Workers = workers(c.Workers)
+			if cfg.llm != nil {
+				if c.Explainer, err = newLLMExplainer(ctx, deps, cfg.llm); err != nil {
+					return nil, err
+				}
+			}
 			var s *explainer.Service
 			s, err = explainer.New(deps, c)
 			r = runOf(s, err)
@@ -214,6 +222,18 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 		out[t] = r
 	}
 	return out, nil
+}
+
+func newLLMExplainer(ctx context.Context, deps bus.Deps, s *llmSetup) (*explain.LLM, error) {
+	client, err := llm.New(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := explain.OpenKVCache(ctx, deps.JS)
+	if err != nil {
+		return nil, err
+	}
+	return &explain.LLM{Client: client, Cache: cache}, nil
 }
 
 func runOf[S interface{ Run(context.Context) error }](s S, err error) runFunc {

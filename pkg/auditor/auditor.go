@@ -30,9 +30,10 @@ const (
 
 // Outcome is the end of one input: a finished report or a rejection.
 type Outcome struct {
-	Entry    report.Entry
-	Audit    json.RawMessage // audit.json, compact; nil when rejected
-	Markdown []byte
+	Entry     report.Entry
+	Audit     json.RawMessage // audit.json, compact; nil when rejected
+	Markdown  []byte
+	Responses map[string]string // raw LLM answers by file name, when an LLM explained the trace
 }
 
 // Sink receives each outcome as it arrives, e.g. to write report files; an
@@ -192,7 +193,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		order = append(order, in.Source)
 		if in.Err != nil {
 			if err := c.finish(report.Entry{Source: in.Source, Status: report.StatusRejected,
-				Problems: []string{"could not read: " + in.Err.Error()}}, nil, nil); err != nil {
+				Problems: []string{"could not read: " + in.Err.Error()}}, Outcome{}); err != nil {
 				return nil, err
 			}
 			continue
@@ -316,7 +317,7 @@ func (c *collector) deadLetter(m jetstream.Msg) error {
 		return nil // from an earlier attempt; this one may yet succeed
 	}
 	return c.finish(report.Entry{Source: source, Status: report.StatusRejected, Problems: []string{
-		fmt.Sprintf("the %s stage gave up on it: %s (dead letter on %s)", h.Get(bus.HeaderStage), h.Get(bus.HeaderReason), m.Subject())}}, nil, nil)
+		fmt.Sprintf("the %s stage gave up on it: %s (dead letter on %s)", h.Get(bus.HeaderStage), h.Get(bus.HeaderReason), m.Subject())}}, Outcome{})
 }
 
 func (c *collector) handle(m jetstream.Msg) error {
@@ -327,33 +328,34 @@ func (c *collector) handle(m jetstream.Msg) error {
 	if m.Subject() == bus.Subject(bus.StageRejected, c.cfg.Run) {
 		rej, err := events.Decode[events.Rejected](m.Data())
 		if err != nil {
-			return c.finish(report.Entry{Source: source, Status: report.StatusRejected, Problems: []string{err.Error()}}, nil, nil)
+			return c.finish(report.Entry{Source: source, Status: report.StatusRejected, Problems: []string{err.Error()}}, Outcome{})
 		}
 		probs := make([]string, len(rej.Problems))
 		for i, p := range rej.Problems {
 			probs[i] = p.String()
 		}
-		return c.finish(report.Entry{Source: source, TraceID: rej.TraceID, Status: report.StatusRejected, Problems: probs}, nil, nil)
+		return c.finish(report.Entry{Source: source, TraceID: rej.TraceID, Status: report.StatusRejected, Problems: probs}, Outcome{})
 	}
 	malformed := report.Entry{Source: source, Status: report.StatusRejected,
 		Problems: []string{"the pipeline returned a malformed report; see troy.dlq.> and the service logs"}}
 	sum, err := events.GetSummary(m.Headers())
 	if err != nil {
-		return c.finish(malformed, nil, nil)
+		return c.finish(malformed, Outcome{})
 	}
 	var rep struct {
-		Audit    json.RawMessage `json:"audit"`
-		Markdown string          `json:"markdown"`
+		Audit     json.RawMessage   `json:"audit"`
+		Markdown  string            `json:"markdown"`
+		Responses map[string]string `json:"responses"`
 	}
 	if err := events.Unmarshal(m.Data(), &rep); err != nil || len(rep.Audit) == 0 {
-		return c.finish(malformed, nil, nil)
+		return c.finish(malformed, Outcome{})
 	}
 	e := report.Entry{Source: source, TraceID: sum.TraceID, Steps: sum.Steps, Status: report.StatusAudited,
-		SeverityCounts: sum.SeverityCounts, RiskScore: sum.RiskScore}
-	return c.finish(e, rep.Audit, []byte(rep.Markdown))
+		SeverityCounts: sum.SeverityCounts, RiskScore: sum.RiskScore, LLM: sum.LLM}
+	return c.finish(e, Outcome{Audit: rep.Audit, Markdown: []byte(rep.Markdown), Responses: rep.Responses})
 }
 
-func (c *collector) finish(e report.Entry, audit json.RawMessage, md []byte) error {
+func (c *collector) finish(e report.Entry, o Outcome) error {
 	c.mu.Lock()
 	if _, dup := c.done[e.Source]; dup {
 		c.mu.Unlock()
@@ -363,7 +365,7 @@ func (c *collector) finish(e report.Entry, audit json.RawMessage, md []byte) err
 		if other, clash := c.byTrace[e.TraceID]; clash && other != e.Source {
 			e = report.Entry{Source: e.Source, TraceID: e.TraceID, Status: report.StatusRejected,
 				Problems: []string{fmt.Sprintf("trace_id %q is also used by %s: trace ids must be unique in a batch", e.TraceID, other)}}
-			audit, md = nil, nil
+			o = Outcome{}
 		} else {
 			c.byTrace[e.TraceID] = e.Source
 		}
@@ -375,7 +377,8 @@ func (c *collector) finish(e report.Entry, audit json.RawMessage, md []byte) err
 	c.mu.Unlock()
 
 	if c.sink != nil {
-		if err := c.sink(Outcome{Entry: e, Audit: audit, Markdown: md}); err != nil {
+		o.Entry = e
+		if err := c.sink(o); err != nil {
 			return err
 		}
 	}

@@ -189,3 +189,29 @@ func mtCounter(t *testing.T, reg *prometheus.Registry, outcome string) prometheu
 	}
 	return g
 }
+
+func TestKeepAliveHoldsALongHandlersMessage(t *testing.T) {
+	s := bustest.RunServer(t)
+	ctx := context.Background()
+	_, err := s.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"troy.in.>"}})
+	require.NoError(t, err)
+	c, err := s.JS.CreateConsumer(ctx, "IN", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Second})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	h := bus.Chain(func(context.Context, jetstream.Msg) error {
+		calls.Add(1)
+		time.Sleep(2500 * time.Millisecond) // a slow LLM call, past the ack wait
+		return nil
+	}, bus.KeepAlive(300*time.Millisecond))
+	consume(t, c, h)
+	pub(t, s, "x")
+	require.Eventually(t, func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.AckFloor.Consumer == 1
+	}, 10*time.Second, 20*time.Millisecond, "acked once done")
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.NumRedelivered, "never redelivered while in progress")
+	assert.Equal(t, int32(1), calls.Load())
+}

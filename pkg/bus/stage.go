@@ -32,8 +32,9 @@ func NewDeps(js jetstream.JetStream, log zerolog.Logger, reg prometheus.Register
 }
 
 // RunStage consumes the named durable consumer with h, wrapped in the
-// standard middleware: metrics, dead-lettering, panic recovery.
-func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handler) error {
+// standard middleware (metrics, dead-lettering, panic recovery) and then any
+// extra given.
+func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handler, extra ...Middleware) error {
 	c, ok := d.Topology.Consumer(consumer)
 	if !ok {
 		return fmt.Errorf("stage %s: no consumer of that name in pipelines/topology.yaml", consumer)
@@ -43,11 +44,12 @@ func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handl
 		return fmt.Errorf("stage %s: consumer on %s: %w (was the topology provisioned?)", consumer, c.Stream, err)
 	}
 	log := d.Log.With().Str("stage", consumer).Logger()
-	wrapped := Chain(h,
+	mws := append([]Middleware{
 		d.Metrics.Observe(consumer),
 		DeadLetter(d.JS, consumer, d.Topology.ConsumerDefaults.MaxDeliver, log),
 		Recover(),
-	)
+	}, extra...)
+	wrapped := Chain(h, mws...)
 	log.Debug().Int("workers", workers).Msg("stage running")
 	return Consume(ctx, cons, wrapped, ConsumeConfig{Workers: workers, Log: log})
 }

@@ -61,6 +61,9 @@ func (e *Explained) Validate() error { return checkTrace(e.Trace) }
 type Reported struct {
 	Audit    *report.Audit `json:"audit"`
 	Markdown string        `json:"markdown"`
+	// Responses are the LLM's raw answers by file name, for the audit trail
+	// (llm_responses/ beside the report).
+	Responses map[string]string `json:"responses,omitempty"`
 }
 
 // Validate checks what a consumer relies on.

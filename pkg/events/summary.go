@@ -1,12 +1,14 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 )
@@ -18,6 +20,7 @@ const (
 	HeaderSteps      = "Troy-Steps"
 	HeaderRisk       = "Troy-Risk"
 	HeaderSeverities = "Troy-Severities" // critical=1,high=0,medium=2,low=0
+	HeaderLLM        = "Troy-LLM"        // LLM usage as JSON, when an LLM explained the trace
 )
 
 // Summary is the head of one report.
@@ -26,11 +29,12 @@ type Summary struct {
 	Steps          int
 	RiskScore      int
 	SeverityCounts map[string]int
+	LLM            *explain.Usage
 }
 
 // SummaryOf takes the summary of an audit.
 func SummaryOf(a *report.Audit) Summary {
-	return Summary{TraceID: a.Trace.TraceID, Steps: len(a.Trace.Steps), RiskScore: a.RiskScore, SeverityCounts: a.SeverityCounts}
+	return Summary{TraceID: a.Trace.TraceID, Steps: len(a.Trace.Steps), RiskScore: a.RiskScore, SeverityCounts: a.SeverityCounts, LLM: a.LLMUsage}
 }
 
 // SetSummary writes the summary headers.
@@ -43,6 +47,10 @@ func SetSummary(h nats.Header, s Summary) {
 		parts[i] = sev + "=" + strconv.Itoa(s.SeverityCounts[sev])
 	}
 	h.Set(HeaderSeverities, strings.Join(parts, ","))
+	if s.LLM != nil {
+		b, _ := json.Marshal(s.LLM)
+		h.Set(HeaderLLM, string(b))
+	}
 }
 
 // GetSummary reads the summary headers.
@@ -61,6 +69,13 @@ func GetSummary(h nats.Header) (Summary, error) {
 			return s, fmt.Errorf("bad %s header %q", HeaderSeverities, h.Get(HeaderSeverities))
 		}
 		s.SeverityCounts[k] = n
+	}
+	if v := h.Get(HeaderLLM); v != "" {
+		var u explain.Usage
+		if err := json.Unmarshal([]byte(v), &u); err != nil {
+			return s, fmt.Errorf("bad %s header: %w", HeaderLLM, err)
+		}
+		s.LLM = &u
 	}
 	return s, nil
 }

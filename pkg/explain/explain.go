@@ -31,9 +31,14 @@ type Step struct {
 
 // Trace explains a whole trace: every step by id, and a summary.
 type Trace struct {
-	Source  string          `json:"source"`
-	Summary string          `json:"summary"`
-	Steps   map[string]Step `json:"steps"`
+	Source   string          `json:"source"` // heuristic, llm, or mixed
+	Summary  string          `json:"summary"`
+	Steps    map[string]Step `json:"steps"`
+	Usage    *Usage          `json:"usage,omitempty"`    // LLM calls, tokens, cost
+	Warnings []string        `json:"warnings,omitempty"` // e.g. steps that fell back to the heuristic
+	// Responses are the model's raw answers by file name (step_<id>.txt,
+	// trace_summary.txt), kept for the audit trail.
+	Responses map[string]string `json:"responses,omitempty"`
 }
 
 var (

@@ -28,5 +28,7 @@ type Audit struct {
 	RuleErrors        []policy.RuleError      `json:"rule_errors"`
 	RiskScore         int                     `json:"risk_score" jsonschema:"minimum=0,maximum=100"`
 	SeverityCounts    map[string]int          `json:"severity_counts"`
+	LLMUsage          *explain.Usage          `json:"llm_usage,omitempty"` // calls, tokens and cost of LLM explanations
+	Warnings          []string                `json:"warnings,omitempty"`  // e.g. explanations that fell back to the heuristic
 	GeneratedAt       time.Time               `json:"generated_at"`
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/policy"
 )
 
@@ -18,6 +19,7 @@ type Entry struct {
 	RiskScore      int            `json:"risk_score"`
 	Problems       []string       `json:"problems,omitempty"` // why it was rejected
 	Report         string         `json:"report,omitempty"`   // path of report.md, relative to the batch folder
+	LLM            *explain.Usage `json:"llm,omitempty"`      // LLM explanation usage
 }
 
 // Entry statuses.
@@ -35,6 +37,7 @@ type Batch struct {
 	Audited        int            `json:"audited"`
 	Rejected       int            `json:"rejected"`
 	SeverityCounts map[string]int `json:"severity_counts"`
+	LLM            *explain.Usage `json:"llm,omitempty"` // totals over the batch
 	Entries        []Entry        `json:"entries"`
 	StartedAt      time.Time      `json:"started_at"`
 	FinishedAt     time.Time      `json:"finished_at"`
@@ -57,6 +60,12 @@ func NewBatch(policyID, policyHash string, entries []Entry, started, finished ti
 		for s, n := range e.SeverityCounts {
 			b.SeverityCounts[s] += n
 		}
+		if e.LLM != nil {
+			if b.LLM == nil {
+				b.LLM = &explain.Usage{}
+			}
+			b.LLM.Add(*e.LLM)
+		}
 	}
 	return b
 }
@@ -69,6 +78,9 @@ func SummaryMarkdown(b *Batch) []byte {
 	w("Policy %s (`%s`) · %d traces: %d audited, %d rejected · violations: %s · %s\n\n",
 		mdText(b.PolicyID), ShortHash(b.PolicyHash), b.Traces, b.Audited, b.Rejected,
 		SeverityLine(b.SeverityCounts), b.FinishedAt.Sub(b.StartedAt).Round(time.Millisecond))
+	if b.LLM != nil {
+		w("LLM explanations: %s\n\n", UsageLine(b.LLM))
+	}
 	w("| Trace | Steps | Critical | High | Medium | Low | Risk | Result |\n|---|---|---|---|---|---|---|---|\n")
 	for _, e := range b.Entries {
 		if e.Status == StatusRejected {

@@ -35,6 +35,24 @@ func WriteAudit(mdPath, jsonPath string, a *Audit, markdown []byte) error {
 	return WriteFileAtomic(mdPath, markdown)
 }
 
+// ResponsesDir is where a trace's raw LLM answers go, beside its report.
+const ResponsesDir = "llm_responses"
+
+// WriteResponses writes raw LLM answers (file name -> text) into
+// dir/llm_responses/. Names come from step ids: anything that could leave
+// the folder is refused.
+func WriteResponses(dir string, responses map[string]string) error {
+	for name, text := range responses {
+		if name != filepath.Base(name) || name == "." || name == ".." {
+			return fmt.Errorf("write LLM response: unsafe file name %q", name)
+		}
+		if err := WriteFileAtomic(filepath.Join(dir, ResponsesDir, name), []byte(text)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WriteFileAtomic writes data to a temporary file beside path, then renames it.
 func WriteFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 )
@@ -21,9 +22,20 @@ func Markdown(a *Audit) []byte {
 	w("| Policy | %s (`%s`) |\n", mdText(a.PolicyID), ShortHash(a.PolicyHash))
 	w("| Risk score | **%d / 100** |\n", a.RiskScore)
 	w("| Violations | %s |\n", SeverityLine(a.SeverityCounts))
-	w("| Explanations | %s |\n", a.ExplanationSource)
+	explanations := a.ExplanationSource
+	if a.LLMUsage != nil {
+		explanations += " (" + UsageLine(a.LLMUsage) + ")"
+	}
+	w("| Explanations | %s |\n", explanations)
 	w("| Generated | %s |\n\n", a.GeneratedAt.UTC().Format("2006-01-02 15:04:05 MST"))
 
+	if len(a.Warnings) > 0 {
+		w("## Warnings\n\n")
+		for _, warn := range a.Warnings {
+			w("- %s\n", mdText(warn))
+		}
+		w("\n")
+	}
 	w("## Summary\n\n%s\n\n", mdText(a.Summary))
 
 	w("## Violations\n\n")
@@ -92,6 +104,12 @@ func Markdown(a *Audit) []byte {
 		}
 	}
 	return []byte(b.String())
+}
+
+// UsageLine renders LLM usage: model, calls, cached steps, tokens, cost.
+func UsageLine(u *explain.Usage) string {
+	return fmt.Sprintf("%s: %d calls, %d cached steps, %d+%d tokens, $%.4f", u.Model, u.Calls, u.CachedSteps,
+		u.PromptTokens, u.CompletionTokens, u.CostUSD)
 }
 
 // SeverityLine renders counts as "1 critical, 2 high" (or "none").

@@ -5,6 +5,7 @@ package explainer
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,9 +75,11 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 	return &Service{deps: deps, cfg: cfg}, nil
 }
 
-// Run consumes until ctx is cancelled.
+// Run consumes until ctx is cancelled. Explaining can take many LLM calls,
+// so messages are kept alive while they are worked on.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	every := s.deps.Topology.ConsumerDefaults.AckWait.Duration / 3
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle, bus.KeepAlive(max(every, time.Second)))
 }
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {

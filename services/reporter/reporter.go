@@ -119,7 +119,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if sc.TraceID != ex.Trace.TraceID {
 		return bus.Permanentf("join mismatch under key %s: score of %s, explanation of %s", key, sc.TraceID, ex.Trace.TraceID)
 	}
-	if err := s.publish(ctx, m, run, key, s.assemble(sc, ex)); err != nil {
+	if err := s.publish(ctx, m, run, key, s.assemble(sc, ex), ex.Explanation.Responses); err != nil {
 		return err
 	}
 	// The purge markers expire within seconds, so finished joins leave
@@ -143,19 +143,24 @@ func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audi
 		RuleErrors:        sc.RuleErrors,
 		RiskScore:         sc.RiskScore,
 		SeverityCounts:    sc.SeverityCounts,
+		LLMUsage:          ex.Explanation.Usage,
+		Warnings:          ex.Explanation.Warnings,
 		GeneratedAt:       s.cfg.Now().UTC(),
 	}
 }
 
-func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, a *report.Audit) error {
+func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, a *report.Audit, responses map[string]string) error {
 	md := report.Markdown(a)
 	if s.cfg.Dir != "" {
 		dir := filepath.Join(s.cfg.Dir, run, a.Trace.TraceID)
 		if err := report.WriteAudit(filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), a, md); err != nil {
 			return err
 		}
+		if err := report.WriteResponses(dir, responses); err != nil {
+			return err
+		}
 	}
-	body, err := events.Marshal(events.Reported{Audit: a, Markdown: string(md)})
+	body, err := events.Marshal(events.Reported{Audit: a, Markdown: string(md), Responses: responses})
 	if err != nil {
 		return bus.Permanent(err)
 	}
