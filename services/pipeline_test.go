@@ -402,3 +402,45 @@ func TestEvaluatorPicksUpAPushedPolicy(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Equal(t, "r2", got.Violations[0].RuleID)
 }
+
+// TestViolationsBecomeFindingsOnce: each violation is one OCSF finding on
+// troy.violations.<severity>.<rule>, and a redelivered trace adds none.
+func TestViolationsBecomeFindingsOnce(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	ev, err := evaluator.New(context.Background(), deps, evaluator.DefaultConfig())
+	require.NoError(t, err)
+	start(t, ev)
+	engine := examplePolicy(t)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	_, err = store.Put(context.Background(), engine.Policy())
+	require.NoError(t, err)
+	evals := subscribe(t, srv.NC, "troy.eval.>")
+
+	raw, err := os.ReadFile("../examples/traces/support_bot.json")
+	require.NoError(t, err)
+	tr, err := parseTrace(raw)
+	require.NoError(t, err)
+	g, _ := json.Marshal(events.Graphed{Trace: tr, Graph: pgraph.Build(tr)})
+	h := nats.Header{bus.HeaderKey: {"sb"}, bus.HeaderPolicy: {engine.Hash()}}
+	publish(t, srv.JS, "troy.graph.r9", g, h)
+	next(t, evals)
+	publish(t, srv.JS, "troy.graph.r9", g, h) // a redelivery, as after a crash
+	next(t, evals)
+
+	vs, err := srv.JS.Stream(context.Background(), "TROY_VIOLATIONS")
+	require.NoError(t, err)
+	info, err := vs.Info(context.Background(), jetstream.WithSubjectFilter("troy.violations.>"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), info.State.Msgs, "two violations, two findings, no duplicates")
+	assert.Equal(t, map[string]uint64{
+		"troy.violations.critical.pii-exfiltration":     1,
+		"troy.violations.high.external-call-after-pii": 1,
+	}, info.State.Subjects)
+	m, err := vs.GetLastMsgForSubject(context.Background(), "troy.violations.critical.pii-exfiltration")
+	require.NoError(t, err)
+	var f map[string]any
+	require.NoError(t, json.Unmarshal(m.Data, &f))
+	assert.Equal(t, float64(2004), f["class_uid"])
+	assert.Equal(t, m.Header.Get(bus.HeaderMsgID), f["finding_info"].(map[string]any)["uid"])
+}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -324,6 +325,21 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, guard.Block, d.Decision, d.Reason)
 	assert.Equal(t, "troy-examples", d.PolicyID)
+
+	// Findings for SIEMs: replayed with --since, filtered by severity.
+	// 4 critical from the batch through serve, 1 from the trace posted over HTTP
+	r = troy(t, dir, "violations", "tail", "--nats-url", natsURL, "--since", "1h", "--severity", "critical", "--limit", "5", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 5)
+	for _, l := range lines {
+		var f map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &f))
+		assert.Equal(t, float64(5), f["severity_id"])
+	}
+	r = troy(t, dir, "violations", "tail", "--nats-url", natsURL, "--since", "1h", "--rule", "raw-sql", "--limit", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "Medium   raw-sql trace=analytics-agent-sql-005 step=q2")
 
 	metrics, _ := get(t, httpURL+"/metrics")
 	assert.Regexp(t, `troy_stage_messages_total\{outcome="ok",stage="reporter"\} 14`, metrics)

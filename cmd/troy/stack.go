@@ -177,6 +177,7 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 			if cfg.policy != nil {
 				c.DefaultPolicy = cfg.policy.Policy().PolicyID
 			}
+			c.Version = version
 			var s *evaluator.Service
 			s, err = evaluator.New(ctx, deps, c)
 			r = runOf(s, err)

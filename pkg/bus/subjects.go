@@ -21,6 +21,9 @@ const (
 	StageReport   = "report"
 	StageRejected = "rejected"
 	StageDLQ      = "dlq"
+	// StageViolations is troy.violations.<severity>.<rule_id>: findings
+	// for SIEMs (pkg/ocsf).
+	StageViolations = "violations"
 )
 
 // LiveRun is the run of traces streamed in outside any batch.

@@ -6,20 +6,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // Consumer is the durable consumer this service reads (troy.graph.>).
 const Consumer = "evaluator"
 
 // Produces lists the stages this service publishes to.
-var Produces = []string{bus.StageEval}
+var Produces = []string{bus.StageEval, bus.StageViolations}
 
 // Config tunes the service.
 type Config struct {
@@ -28,15 +31,21 @@ type Config struct {
 	// messages name no policy. By id, a newly pushed version takes over
 	// without a restart.
 	DefaultPolicy string
+	// Version is troy's version, named in each finding's metadata.
+	Version string
+	Now     func() time.Time
 }
 
 // DefaultConfig is used where a field is left zero.
-func DefaultConfig() Config { return Config{Workers: 8} }
+func DefaultConfig() Config { return Config{Workers: 8, Now: time.Now} }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.Workers < 1 {
 		return fmt.Errorf("evaluator: workers must be at least 1, got %d", c.Workers)
+	}
+	if c.Now == nil {
+		return errors.New("evaluator: no clock")
 	}
 	return nil
 }
@@ -86,8 +95,31 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	out := bus.Forward(m.Headers(), m, g.Trace.TraceID)
 	out.Set(bus.HeaderPolicy, engine.Hash())
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageEval, bus.RunOf(m.Subject())), Data: body,
+	run := bus.RunOf(m.Subject())
+	// Findings go out first and on their own subjects: a SIEM never waits
+	// for the score, the explainer or the report.
+	if err := s.publishFindings(ctx, g.Trace, res, out.Get(bus.HeaderKey), run); err != nil {
+		return err
+	}
+	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageEval, run), Data: body,
 		Header: out, MsgID: bus.MsgID(bus.StageEval, out.Get(bus.HeaderKey), engine.Hash())})
+}
+
+// publishFindings sends one OCSF finding per violation, its uid as the
+// message id, so a redelivered trace adds no duplicate.
+func (s *Service) publishFindings(ctx context.Context, t *trace.Trace, res events.Evaluated, key, run string) error {
+	c := ocsf.Context{Trace: t, PolicyID: res.PolicyID, PolicyHash: res.PolicyHash, Run: run, Product: s.cfg.Version, Now: s.cfg.Now()}
+	for _, v := range res.Violations {
+		uid := ocsf.UID(key, v.StepID, v.RuleID, res.PolicyHash)
+		body, err := events.Marshal(ocsf.FromViolation(v, uid, c))
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		if err := bus.Publish(ctx, s.deps.JS, bus.Out{Subject: ocsf.Subject(v.Severity, v.RuleID), Data: body, MsgID: uid}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Service) engine(ctx context.Context, hash string) (*policy.Engine, error) {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/ocsf"
+	"github.com/troy-audit/troy/pkg/policy"
+)
+
+// ViolationsStream holds the findings (pipelines/topology.yaml).
+const ViolationsStream = "TROY_VIOLATIONS"
+
+func newViolationsCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "violations", Short: "Read the OCSF findings troy publishes for SIEMs"}
+	var severity, rule string
+	var since time.Duration
+	var jsonOut bool
+	var limit int
+	tail := &cobra.Command{
+		Use:   "tail [--severity high] [--rule R] [--since 1h] [--json]",
+		Short: "Print violations as they are found (and, with --since, the recent ones first)",
+		Long: `Print the findings on troy.violations.<severity>.<rule_id> as they arrive.
+--severity keeps that level and above; --since replays the retained ones first.
+Without --nats-url it connects to troy serve's default, nats://127.0.0.1:4222.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			filters, err := violationFilters(severity, rule)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			client := g.client("troy-violations-tail")
+			if client.URL == "" {
+				client.URL = "nats://127.0.0.1:4222"
+			}
+			nc, err := bus.Connect(client)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			defer nc.Close()
+			js, err := bus.JetStream(nc)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverNewPolicy}
+			if since > 0 {
+				start := time.Now().Add(-since)
+				cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+			}
+			cons, err := js.OrderedConsumer(ctx, ViolationsStream, cfg)
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("read %s: %w (is troy serve running against this server?)", ViolationsStream, err)}
+			}
+			it, err := cons.Messages()
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			context.AfterFunc(ctx, it.Stop)
+			out := cmd.OutOrStdout()
+			for n := 0; limit == 0 || n < limit; n++ {
+				m, err := it.Next()
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return nil
+				}
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				if jsonOut {
+					fmt.Fprintln(out, string(m.Data()))
+					continue
+				}
+				var f ocsf.Finding
+				if err := json.Unmarshal(m.Data(), &f); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "troy: skipping a malformed finding on %s: %v\n", m.Subject(), err)
+					continue
+				}
+				fmt.Fprintf(out, "%s %-8s %s trace=%v step=%v agent=%v  %s\n", time.UnixMilli(f.Time).UTC().Format(time.RFC3339),
+					f.Severity, f.FindingInfo.Analytic.UID, f.Unmapped["trace_id"], f.Unmapped["step_id"], f.Unmapped["agent_name"], f.FindingInfo.Desc)
+			}
+			return nil
+		},
+	}
+	fl := tail.Flags()
+	fl.StringVar(&severity, "severity", "", "only this severity and above: critical, high, medium or low")
+	fl.StringVar(&rule, "rule", "", "only this rule id")
+	fl.DurationVar(&since, "since", 0, "first replay the findings of this long ago, e.g. 1h")
+	fl.BoolVar(&jsonOut, "json", false, "print each finding as its OCSF JSON, one per line")
+	fl.IntVar(&limit, "limit", 0, "stop after this many findings (0: run until interrupted)")
+	cmd.AddCommand(tail)
+	return cmd
+}
+
+// violationFilters turns --severity and --rule into subject filters.
+func violationFilters(severity, rule string) ([]string, error) {
+	token := "*"
+	if rule != "" {
+		token = ocsf.SubjectToken(rule)
+	}
+	if severity == "" {
+		return []string{"troy.violations.*." + token}, nil
+	}
+	floor := policy.SeverityRank(severity)
+	if floor == 0 {
+		return nil, fmt.Errorf("--severity %q: want one of critical, high, medium, low", severity)
+	}
+	var out []string
+	for _, s := range policy.Severities {
+		if policy.SeverityRank(s) >= floor {
+			out = append(out, "troy.violations."+s+"."+token)
+		}
+	}
+	return out, nil
+}
