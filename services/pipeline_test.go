@@ -434,7 +434,7 @@ func TestViolationsBecomeFindingsOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), info.State.Msgs, "two violations, two findings, no duplicates")
 	assert.Equal(t, map[string]uint64{
-		"troy.violations.critical.pii-exfiltration":     1,
+		"troy.violations.critical.pii-exfiltration":    1,
 		"troy.violations.high.external-call-after-pii": 1,
 	}, info.State.Subjects)
 	m, err := vs.GetLastMsgForSubject(context.Background(), "troy.violations.critical.pii-exfiltration")
