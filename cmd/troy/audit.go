@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +34,7 @@ type auditFlags struct {
 	maxSteps      int
 	withServices  bool
 	jsonOut       bool
+	format        string
 	llm           llmFlags
 }
 
@@ -44,12 +47,16 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxSteps, "max-steps", lim.MaxSteps, "reject traces with more steps than this")
 	fl.BoolVar(&f.withServices, "with-services", false, "with --nats-url, also run the pipeline services in this process (default: they run under troy serve)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
+	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, or messages (OpenAI chat logs: a list, {messages}, tau-bench {traj})")
 	f.llm.register(cmd)
 }
 
 func (f *auditFlags) validate() error {
 	if f.failOn != "" && policy.SeverityRank(f.failOn) == 0 {
 		return fmt.Errorf("--fail-on %q: want one of critical, high, medium, low", f.failOn)
+	}
+	if !slices.Contains(trace.Formats, f.format) {
+		return fmt.Errorf("--format %q: want one of %s", f.format, strings.Join(trace.Formats, ", "))
 	}
 	if f.maxTraceBytes < 1 || f.maxSteps < 1 {
 		return errors.New("--max-trace-bytes and --max-steps must be positive")
@@ -388,7 +395,7 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 		}
 	}()
 	entries, err := auditor.Submit(subCtx, st.js, auditor.Config{Run: run, Policy: engine, Window: window,
-		IdleTimeout: f.timeout, Progress: prog.update, Finished: finished}, inputs, total, sink)
+		IdleTimeout: f.timeout, Progress: prog.update, Finished: finished, Format: f.format}, inputs, total, sink)
 	prog.finish()
 	if err != nil {
 		if serr := st.Err(); serr != nil {

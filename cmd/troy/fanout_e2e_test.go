@@ -81,3 +81,34 @@ func TestTwoEvaluatorsSplitABatch(t *testing.T) {
 	assert.Positive(t, c2)
 	assert.Equal(t, n, c1+c2, "each trace evaluated exactly once")
 }
+
+// TestAuditBatchReadsChatLogs runs the real pipeline over the chat-format
+// fixtures (tau-bench and AgentInstruct JSONL): every run is audited.
+func TestAuditBatchReadsChatLogs(t *testing.T) {
+	root, err := filepath.Abs("../../../shared/fixtures")
+	require.NoError(t, err)
+	if _, err := os.Stat(root); os.IsNotExist(err) {
+		t.Skip("shared fixtures not present")
+	}
+	dir := t.TempDir()
+	for folder, n := range map[string]int{"tau-bench": 30, "agent-instruct": 195} {
+		r := troy(t, dir, "audit-batch", filepath.Join(root, folder), filepath.Join(mustAbs(t, "../../pkg/templates"), "agent_safety.yaml"), "--out-dir", folder)
+		require.Equal(t, 0, r.code, r.stderr)
+		var b report.Batch
+		require.NoError(t, json.Unmarshal(read(t, dir, folder+"/batch.json"), &b))
+		assert.Equal(t, n, b.Audited, folder)
+	}
+	var a report.Audit
+	require.NoError(t, json.Unmarshal(read(t, dir, "tau-bench/task-0-trial-0/audit.json"), &a))
+	assert.Equal(t, 0.0, a.Trace.Metadata["reward"])
+	assert.Equal(t, "observation", a.Trace.Steps[0].Type)
+	_, err = os.Stat(filepath.Join(dir, "agent-instruct", "agent_instruct_os.jsonl-1", "report.md"))
+	assert.NoError(t, err, "an id-less chat log is named after its file and line")
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	require.NoError(t, err)
+	return a
+}

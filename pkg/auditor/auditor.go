@@ -48,6 +48,7 @@ type Config struct {
 	Window      int            // most inputs in the pipeline at once
 	IdleTimeout time.Duration  // give up after this long without any outcome
 	Progress    func(done, total int)
+	Format      string // input format: auto (default), troy, messages
 	// Finished are inputs an interrupted attempt of this run already
 	// finished (its journal); they are neither sent nor reported again.
 	Finished []report.Entry
@@ -222,6 +223,9 @@ func publish(ctx context.Context, js jetstream.JetStream, cfg Config, in Input) 
 	h := nats.Header{}
 	h.Set(bus.HeaderSource, in.Source)
 	h.Set(bus.HeaderPolicy, cfg.Policy.Hash())
+	if cfg.Format != "" {
+		h.Set(bus.HeaderFormat, cfg.Format)
+	}
 	key := bus.Key(cfg.Run, in.Source, "")
 	h.Set(bus.HeaderKey, key)
 	return bus.Publish(ctx, js, bus.Out{Subject: bus.Subject(bus.StageIngest, cfg.Run), Data: in.Data, Header: h,

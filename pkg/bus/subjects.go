@@ -36,6 +36,7 @@ const (
 	HeaderSource     = "Troy-Source"     // where the trace came from: file, file:line
 	HeaderKey        = "Troy-Key"        // stable id of one input within a run
 	HeaderPolicy     = "Troy-Policy"     // policy content hash
+	HeaderFormat     = "Troy-Format"     // input format (auto when absent)
 	HeaderReason     = "Troy-Reason"     // dead letters: why
 	HeaderOrigin     = "Troy-Origin"     // dead letters: original subject
 	HeaderStage      = "Troy-Stage"      // dead letters: the stage that gave up

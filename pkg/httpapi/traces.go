@@ -77,7 +77,7 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: "reading the body: " + err.Error()})
 			return
 		}
-		tr, err := trace.Parse(body, cfg.Limits)
+		tr, err := trace.ParseAny(body, cfg.Limits, r.URL.Query().Get("format"), "")
 		var invalid *trace.InvalidError
 		if errors.As(err, &invalid) {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: "invalid trace", Problems: invalid.Problems})
@@ -90,10 +90,13 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 		key := bus.Key(run, "", tr.TraceID)
 		m := nats.NewMsg(bus.Subject(bus.StageIngest, run))
 		m.Data = body
-		m.Header.Set(bus.HeaderSource, "http/"+tr.TraceID)
+		m.Header.Set(bus.HeaderSource, tr.TraceID) // also what ingest names an id-less chat log
 		m.Header.Set(bus.HeaderKey, key)
 		m.Header.Set(bus.HeaderPolicy, policyRef)
 		m.Header.Set(bus.HeaderMsgID, bus.MsgID(bus.StageIngest, key, policyRef))
+		if f := r.URL.Query().Get("format"); f != "" {
+			m.Header.Set(bus.HeaderFormat, f)
+		}
 		if _, err := pub.PublishMsg(r.Context(), m); err != nil {
 			cfg.Log.Error().Err(err).Str("trace_id", tr.TraceID).Msg("http ingest: publish failed")
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the trace; retry later: " + err.Error()})

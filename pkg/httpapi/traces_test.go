@@ -39,7 +39,7 @@ func TestPostTrace(t *testing.T) {
 	require.NoError(t, err)
 	m, err := s.GetLastMsgForSubject(context.Background(), "troy.ingest.r1")
 	require.NoError(t, err)
-	assert.Equal(t, "http/h1", m.Header.Get(bus.HeaderSource))
+	assert.Equal(t, "h1", m.Header.Get(bus.HeaderSource))
 	assert.Equal(t, "sha256:def", m.Header.Get(bus.HeaderPolicy))
 
 	resp, out = post("", `{"trace_id":"h2","steps":[{"step_id":"1","type":"teleport"}]}`)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,6 +41,18 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// FallbackID names a trace whose format carries no id (a chat log) after
+// where it came from: traces.jsonl:7 becomes traces.jsonl-7.
+func FallbackID(source string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '/', '\\', ':', ' ', 0:
+			return '-'
+		}
+		return r
+	}, source)
+}
+
 // Service is the ingest stage.
 type Service struct {
 	deps bus.Deps
@@ -70,7 +83,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	out.Set(bus.HeaderRun, run)
 	policyHash := in.Get(bus.HeaderPolicy)
 
-	tr, err := trace.Parse(m.Data(), s.cfg.Limits)
+	tr, err := trace.ParseAny(m.Data(), s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))
 	var invalid *trace.InvalidError
 	if errors.As(err, &invalid) {
 		key := bus.Key(run, source, invalid.TraceID)

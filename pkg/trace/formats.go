@@ -1,0 +1,126 @@
+package trace
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// Formats troy reads.
+const (
+	FormatAuto     = "auto"
+	FormatTroy     = "troy"     // troy's own trace (the seed format)
+	FormatMessages = "messages" // OpenAI chat messages: a list, {messages}, or tau-bench {traj}
+)
+
+// Formats lists the accepted --format values.
+var Formats = []string{FormatAuto, FormatTroy, FormatMessages}
+
+// ParseAny reads one document in any supported format (auto-detected unless
+// format names one) and returns it in canonical form. fallbackID names a
+// trace whose format carries no id (chat logs): the caller passes something
+// stable, such as the file and line it came from.
+func ParseAny(data []byte, lim Limits, format, fallbackID string) (*Trace, error) {
+	if lim.MaxBytes > 0 && len(data) > lim.MaxBytes {
+		return Parse(data, lim) // reports the size problem
+	}
+	if format == "" {
+		format = FormatAuto
+	}
+	switch format {
+	case FormatTroy:
+		return Parse(data, lim)
+	case FormatAuto, FormatMessages:
+	default:
+		return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf("format %q is not one of %s", format, strings.Join(Formats, ", "))}}}
+	}
+	trimmed := bytes.TrimSpace(data)
+	if format == FormatAuto && (len(trimmed) == 0 || trimmed[0] != '[') && !looksLikeChat(trimmed) {
+		return Parse(data, lim)
+	}
+	var doc any
+	if err := gojson.Unmarshal(data, &doc); err != nil {
+		return Parse(data, lim) // its JSON error message has the position
+	}
+	msgs, meta, id, agent, problem := chatDocument(doc)
+	if problem != "" {
+		return nil, &InvalidError{Problems: []Problem{{Message: problem}}}
+	}
+	if id == "" {
+		id = fallbackID
+	}
+	if id == "" {
+		sum := sha256.Sum256(trimmed)
+		id = "chat-" + hex.EncodeToString(sum[:8])
+	}
+	if agent == "" {
+		agent = "agent"
+	}
+	var v validator
+	v.lim = lim
+	t := v.messages(id, agent, msgs)
+	if lim.MaxSteps > 0 && len(t.Steps) > lim.MaxSteps {
+		v.add("messages", "makes %d steps, over the %d-step limit: split the run or raise the limit (--max-steps)", len(t.Steps), lim.MaxSteps)
+	}
+	if len(v.problems) > 0 {
+		return nil, &InvalidError{TraceID: id, Problems: v.problems}
+	}
+	t.Metadata = meta
+	return t, nil
+}
+
+// looksLikeChat peeks at an object's keys without decoding it twice.
+func looksLikeChat(obj []byte) bool {
+	if len(obj) == 0 || obj[0] != '{' {
+		return false
+	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(obj, &keys) != nil {
+		return false
+	}
+	_, steps := keys["steps"]
+	_, msgs := keys["messages"]
+	_, traj := keys["traj"]
+	return !steps && (msgs || traj)
+}
+
+// chatDocument finds the message list in the wrappers seen in the wild: a
+// bare list, {messages: […]} (Invariant), {traj: […], task_id, reward, info}
+// (tau-bench).
+func chatDocument(doc any) (msgs []any, meta map[string]any, id, agent, problem string) {
+	switch d := doc.(type) {
+	case []any:
+		return d, nil, "", "", ""
+	case map[string]any:
+		meta = map[string]any{}
+		if m, ok := d["metadata"].(map[string]any); ok {
+			meta = m
+		}
+		id, _ = d["trace_id"].(string)
+		if id == "" {
+			id, _ = d["id"].(string)
+		}
+		agent, _ = d["agent_name"].(string)
+		if list, ok := d["messages"].([]any); ok {
+			return list, meta, id, agent, ""
+		}
+		if list, ok := d["traj"].([]any); ok { // tau-bench
+			for _, k := range []string{"task_id", "trial", "reward", "info"} {
+				if v, ok := d[k]; ok {
+					meta[k] = v
+				}
+			}
+			if id == "" && d["task_id"] != nil {
+				id = fmt.Sprintf("task-%v-trial-%v", d["task_id"], d["trial"])
+			}
+			return list, meta, id, agent, ""
+		}
+		return nil, nil, "", "", "not a chat log: expected a list of messages, {messages: […]} or {traj: […]}"
+	}
+	return nil, nil, "", "", "not a chat log: expected a JSON list or object"
+}
