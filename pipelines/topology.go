@@ -41,6 +41,9 @@ type Consumer struct {
 	Name           string   `json:"name"`
 	Stream         string   `json:"stream"`
 	FilterSubjects []string `json:"filter_subjects"`
+	// MaxDeliver overrides the default; -1 retries forever (forwarders,
+	// which must drop nothing while a destination is down).
+	MaxDeliver int `json:"max_deliver,omitempty"`
 }
 
 // ConsumerOptions apply to every consumer.

@@ -21,6 +21,8 @@ import (
 	"github.com/troy-audit/troy/services/ingest"
 	"github.com/troy-audit/troy/services/reporter"
 	"github.com/troy-audit/troy/services/scorer"
+	"github.com/troy-audit/troy/services/splunk"
+	"github.com/troy-audit/troy/services/syslog"
 )
 
 // What each service's code says it reads and writes.
@@ -35,6 +37,8 @@ var services = []struct {
 	{explainer.Consumer, []string{bus.StageGraph}, explainer.Produces},
 	{scorer.Consumer, []string{bus.StageEval}, scorer.Produces},
 	{reporter.Consumer, []string{bus.StageScore, bus.StageExplain}, reporter.Produces},
+	{splunk.Consumer, []string{bus.StageViolations}, nil},
+	{syslog.Consumer, []string{bus.StageViolations}, nil},
 }
 
 // subjectMatches implements NATS wildcard matching (* one token, > the rest).

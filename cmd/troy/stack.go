@@ -28,6 +28,8 @@ import (
 	"github.com/troy-audit/troy/services/ingest"
 	"github.com/troy-audit/troy/services/reporter"
 	"github.com/troy-audit/troy/services/scorer"
+	"github.com/troy-audit/troy/services/splunk"
+	"github.com/troy-audit/troy/services/syslog"
 )
 
 // targets every `troy serve --target` accepts, in pipeline order.
@@ -36,6 +38,10 @@ var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer",
 // pipelineTargets are the audit stages: what troy audit runs in-process.
 var pipelineTargets = allTargets[:6]
 
+// forwarderTargets send findings to SIEMs; they need a destination, so
+// "all" does not include them: name them.
+var forwarderTargets = []string{"splunk", "syslog"}
+
 func parseTargets(s string) ([]string, error) {
 	if s == "" || s == "all" {
 		return allTargets, nil
@@ -43,8 +49,12 @@ func parseTargets(s string) ([]string, error) {
 	var out []string
 	for _, t := range strings.Split(s, ",") {
 		t = strings.TrimSpace(t)
-		if !slices.Contains(allTargets, t) {
-			return nil, fmt.Errorf("--target %q: want all or one or more of %s", t, strings.Join(allTargets, ", "))
+		if t == "all" {
+			out = append(out, allTargets...)
+			continue
+		}
+		if !slices.Contains(allTargets, t) && !slices.Contains(forwarderTargets, t) {
+			return nil, fmt.Errorf("--target %q: want all or one or more of %s", t, strings.Join(append(slices.Clone(allTargets), forwarderTargets...), ", "))
 		}
 		out = append(out, t)
 	}
@@ -63,6 +73,8 @@ type stackConfig struct {
 	reportsDir string
 	replicas   int       // stream and bucket replicas on a cluster
 	llm        *llmSetup // nil: the offline explainer
+	splunk     splunk.Config
+	syslog     syslog.Config
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the
@@ -204,6 +216,14 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 			c.Dir = cfg.reportsDir
 			var s *reporter.Service
 			s, err = reporter.New(ctx, deps, c)
+			r = runOf(s, err)
+		case "splunk":
+			var s *splunk.Service
+			s, err = splunk.New(deps, cfg.splunk)
+			r = runOf(s, err)
+		case "syslog":
+			var s *syslog.Service
+			s, err = syslog.New(deps, cfg.syslog)
 			r = runOf(s, err)
 		case "guard":
 			c := guardsvc.Config{}

@@ -33,6 +33,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 			MaxAckPending: d.MaxAckPending,
 			Replicas:      0, // consumers follow their stream
 		}
+		if c.MaxDeliver != 0 {
+			cfg.MaxDeliver = c.MaxDeliver
+		}
 		if len(c.FilterSubjects) == 1 {
 			cfg.FilterSubject = c.FilterSubjects[0]
 		} else {
