@@ -35,6 +35,7 @@ import (
 	"github.com/troy-audit/troy/services/ingest"
 	"github.com/troy-audit/troy/services/reporter"
 	"github.com/troy-audit/troy/services/scorer"
+	"github.com/troy-audit/troy/services/streamer"
 )
 
 type runner interface{ Run(context.Context) error }
@@ -78,7 +79,9 @@ func all(t *testing.T, deps bus.Deps) []runner {
 	require.NoError(t, err)
 	rp, err := reporter.New(ctx, deps, reporter.DefaultConfig())
 	require.NoError(t, err)
-	return []runner{in, gr, ev, ex, sc, rp}
+	st, err := streamer.New(ctx, deps, streamer.DefaultConfig())
+	require.NoError(t, err)
+	return []runner{in, gr, ev, ex, sc, rp, st}
 }
 
 func examplePolicy(t *testing.T) *policy.Engine {
@@ -182,7 +185,8 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		data    []byte
 		header  nats.Header
 	}{
-		{"troy.ingest.not.a.run", []string{"ingest"}, "no valid run token", []byte(`{}`), nil},
+		{"troy.ingest.step", []string{"ingest"}, "no valid run token", []byte(`{}`), nil},
+		{"troy.ingest.step.t1", []string{"streamer"}, "trace t1: invalid trace", []byte(`{"step_id": 1}`), nil},
 		{"troy.trace.r1", []string{"graph"}, "malformed canonical trace", []byte(`not json`), nil},
 		{"troy.trace.r1", []string{"graph"}, "carries no trace", []byte(`{"trace_id": "t"}`), nil},
 		{"troy.graph.r1", []string{"evaluator", "explainer"}, "malformed", []byte(`[1,2]`), nil},

@@ -22,23 +22,25 @@ import (
 	"github.com/troy-audit/troy/services/reporter"
 	"github.com/troy-audit/troy/services/scorer"
 	"github.com/troy-audit/troy/services/splunk"
+	"github.com/troy-audit/troy/services/streamer"
 	"github.com/troy-audit/troy/services/syslog"
 )
 
 // What each service's code says it reads and writes.
 var services = []struct {
 	consumer string
-	consumes []string // stages
-	produces []string
+	consumes []string // subject filters
+	produces []string // stages
 }{
-	{ingest.Consumer, []string{bus.StageIngest}, ingest.Produces},
-	{graph.Consumer, []string{bus.StageTrace}, graph.Produces},
-	{evaluator.Consumer, []string{bus.StageGraph}, evaluator.Produces},
-	{explainer.Consumer, []string{bus.StageGraph}, explainer.Produces},
-	{scorer.Consumer, []string{bus.StageEval}, scorer.Produces},
-	{reporter.Consumer, []string{bus.StageScore, bus.StageExplain}, reporter.Produces},
-	{splunk.Consumer, []string{bus.StageViolations}, nil},
-	{syslog.Consumer, []string{bus.StageViolations}, nil},
+	{ingest.Consumer, []string{"troy.ingest.*"}, ingest.Produces},
+	{streamer.Consumer, []string{bus.StepPrefix + ">", bus.EndPrefix + ">"}, streamer.Produces},
+	{graph.Consumer, []string{bus.Wildcard(bus.StageTrace)}, graph.Produces},
+	{evaluator.Consumer, []string{bus.Wildcard(bus.StageGraph)}, evaluator.Produces},
+	{explainer.Consumer, []string{bus.Wildcard(bus.StageGraph)}, explainer.Produces},
+	{scorer.Consumer, []string{bus.Wildcard(bus.StageEval)}, scorer.Produces},
+	{reporter.Consumer, []string{bus.Wildcard(bus.StageScore), bus.Wildcard(bus.StageExplain)}, reporter.Produces},
+	{splunk.Consumer, []string{bus.Wildcard(bus.StageViolations)}, nil},
+	{syslog.Consumer, []string{bus.Wildcard(bus.StageViolations)}, nil},
 }
 
 // subjectMatches implements NATS wildcard matching (* one token, > the rest).
@@ -76,12 +78,11 @@ func TestTopologyMatchesCode(t *testing.T) {
 		c, ok := topo.Consumer(svc.consumer)
 		require.True(t, ok, "service consumer %q is not in topology.yaml", svc.consumer)
 		used[c.Name] = true
-		var want []string
-		for _, st := range svc.consumes {
-			want = append(want, bus.Wildcard(st))
-			assert.Equal(t, []string{c.Stream}, streamsFor(topo, bus.Subject(st, "r")), "%s reads %s from its consumer's stream", svc.consumer, st)
+		for _, f := range svc.consumes {
+			example := strings.ReplaceAll(strings.ReplaceAll(f, ">", "x"), "*", "r")
+			assert.Equal(t, []string{c.Stream}, streamsFor(topo, example), "%s reads %s from its consumer's stream", svc.consumer, f)
 		}
-		assert.ElementsMatch(t, want, c.FilterSubjects, "consumer %s filters what the service reads", c.Name)
+		assert.ElementsMatch(t, svc.consumes, c.FilterSubjects, "consumer %s filters what the service reads", c.Name)
 		for _, st := range svc.produces {
 			assert.Len(t, streamsFor(topo, bus.Subject(st, "r")), 1, "%s publishes %s into exactly one stream", svc.consumer, st)
 		}
@@ -99,7 +100,7 @@ func TestTopologyMatchesCode(t *testing.T) {
 	for _, b := range topo.Buckets {
 		buckets = append(buckets, b.Name)
 	}
-	for _, b := range []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket} {
+	for _, b := range []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket} {
 		assert.True(t, slices.Contains(buckets, b), "bucket %s used in code is provisioned", b)
 	}
 	assert.Positive(t, topo.ConsumerDefaults.MaxDeliver, "dead-lettering needs a delivery limit")

@@ -310,6 +310,30 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 		10*time.Second, 20*time.Millisecond, "the file is complete")
 	assert.Len(t, a.Violations, 3)
 
+	// A trace streamed over HTTP step by step, then ended, is reported too.
+	for _, body := range []string{
+		`{"step_id": "1", "type": "tool_call", "name": "crm", "metadata": {"data_classification": "pii"}}`,
+		`[{"step_id": "2", "type": "tool_call", "name": "http_post", "metadata": {"network_zone": "external"}}]`,
+	} {
+		resp, err := http.Post(httpURL+"/v1/traces/stream-e2e/steps?agent=live-bot", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	}
+	resp, err = http.Post(httpURL+"/v1/traces/bad%20id/steps", "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	resp, err = http.Post(httpURL+"/v1/traces/stream-e2e/end", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	streamed := filepath.Join(dir, "live-reports", "live", "stream-e2e", "audit.json")
+	require.Eventually(t, func() bool { _, err := os.Stat(streamed); return err == nil }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, json.Unmarshal(read(t, dir, "live-reports/live/stream-e2e/audit.json"), &a))
+	assert.Equal(t, "live-bot", a.Trace.AgentName)
+	assert.Len(t, a.Violations, 2)
+
 	// The guard answers over HTTP and NATS, with serve's --policy, and
 	// remembers the session between the two.
 	hg := &guard.HTTP{URL: httpURL}
@@ -327,11 +351,12 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	assert.Equal(t, "troy-examples", d.PolicyID)
 
 	// Findings for SIEMs: replayed with --since, filtered by severity.
-	// 4 critical from the batch through serve, 1 from the trace posted over HTTP
-	r = troy(t, dir, "violations", "tail", "--nats-url", natsURL, "--since", "1h", "--severity", "critical", "--limit", "5", "--json")
+	// 4 critical from the batch through serve, 1 from the trace posted over
+	// HTTP, 1 from the streamed one
+	r = troy(t, dir, "violations", "tail", "--nats-url", natsURL, "--since", "1h", "--severity", "critical", "--limit", "6", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, lines, 5)
+	require.Len(t, lines, 6)
 	for _, l := range lines {
 		var f map[string]any
 		require.NoError(t, json.Unmarshal([]byte(l), &f))
@@ -342,7 +367,7 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	assert.Contains(t, r.stdout, "Medium   raw-sql trace=analytics-agent-sql-005 step=q2")
 
 	metrics, _ := get(t, httpURL+"/metrics")
-	assert.Regexp(t, `troy_stage_messages_total\{outcome="ok",stage="reporter"\} 14`, metrics)
+	assert.Regexp(t, `troy_stage_messages_total\{outcome="ok",stage="reporter"\} 16`, metrics)
 
 	require.NoError(t, serve.Process.Signal(syscall.SIGTERM))
 	done := make(chan error, 1)
@@ -381,7 +406,7 @@ func TestServeTargetsAgainstACluster(t *testing.T) {
 
 	r = troy(t, dir, "serve", "--target", "evaluatr")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, `--target "evaluatr": want all or one or more of ingest, graph, evaluator, explainer, scorer, reporter, guard, splunk, syslog`)
+	assert.Contains(t, r.stderr, `--target "evaluatr": want all or one or more of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, splunk, syslog`)
 }
 
 var bannerNATS = regexp.MustCompile(`nats: (nats://\S+)`)

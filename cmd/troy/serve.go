@@ -27,6 +27,7 @@ import (
 func newServeCmd(g *globalFlags) *cobra.Command {
 	var target, natsAddr, httpAddr, policyPath, reportsDir string
 	var workers, replicas int
+	var streamIdle time.Duration
 	var lf llmFlags
 	sp, sl := splunk.DefaultConfig(), syslog.DefaultConfig()
 	var grace time.Duration
@@ -69,7 +70,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
-				workers: workers, policy: def, reportsDir: reportsDir, replicas: replicas, splunk: sp, syslog: sl}
+				workers: workers, policy: def, reportsDir: reportsDir, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle}
 			if slices.Contains(targets, "explainer") {
 				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
 					lis.Close()
@@ -123,7 +124,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), "services to run: all (the pipeline and the guard), or a comma list of ingest, graph, evaluator, explainer, scorer, reporter, guard, splunk, syslog (env TROY_TARGET)")
+	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), "services to run: all (the pipeline and the guard), or a comma list of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, splunk, syslog (env TROY_TARGET)")
 	fl.StringVar(&natsAddr, "nats-addr", envOr("TROY_NATS_ADDR", "127.0.0.1:4222"), "client address of the embedded NATS server (env TROY_NATS_ADDR)")
 	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
 	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")
@@ -132,6 +133,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
 	lf.register(cmd)
+	fl.DurationVar(&streamIdle, "stream-idle", 5*time.Minute, "a streamed trace with no new step for this long ends")
 	fl.StringVar(&sp.URL, "splunk-url", os.Getenv("TROY_SPLUNK_URL"), "target splunk: HTTP Event Collector URL, e.g. https://splunk:8088 (env TROY_SPLUNK_URL)")
 	fl.StringVar(&sp.Token, "splunk-token", os.Getenv("TROY_SPLUNK_TOKEN"), "target splunk: HEC token (env TROY_SPLUNK_TOKEN)")
 	fl.StringVar(&sp.Index, "splunk-index", os.Getenv("TROY_SPLUNK_INDEX"), "target splunk: index (default: the token's)")
@@ -144,6 +146,8 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 func httpHandler(st *stack, reg *prometheus.Registry, api httpapi.TracesConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/traces", httpapi.Traces(st.js, api))
+	mux.Handle("POST /v1/traces/{trace_id}/steps", httpapi.Steps(st.js, api))
+	mux.Handle("POST /v1/traces/{trace_id}/end", httpapi.End(st.js))
 	if st.guard != nil {
 		mux.Handle("POST /v1/guard/check", httpapi.Guard(st.guard))
 	}

@@ -29,11 +29,12 @@ import (
 	"github.com/troy-audit/troy/services/reporter"
 	"github.com/troy-audit/troy/services/scorer"
 	"github.com/troy-audit/troy/services/splunk"
+	"github.com/troy-audit/troy/services/streamer"
 	"github.com/troy-audit/troy/services/syslog"
 )
 
 // targets every `troy serve --target` accepts, in pipeline order.
-var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "guard"}
+var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "streamer", "guard"}
 
 // pipelineTargets are the audit stages: what troy audit runs in-process.
 var pipelineTargets = allTargets[:6]
@@ -75,6 +76,7 @@ type stackConfig struct {
 	llm        *llmSetup // nil: the offline explainer
 	splunk     splunk.Config
 	syslog     syslog.Config
+	streamIdle time.Duration
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the
@@ -216,6 +218,19 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 			c.Dir = cfg.reportsDir
 			var s *reporter.Service
 			s, err = reporter.New(ctx, deps, c)
+			r = runOf(s, err)
+		case "streamer":
+			c := streamer.DefaultConfig()
+			c.Workers = workers(c.Workers)
+			c.Version = version
+			if cfg.streamIdle > 0 {
+				c.IdleTimeout = cfg.streamIdle
+			}
+			if cfg.policy != nil {
+				c.DefaultPolicy = cfg.policy.Policy().PolicyID
+			}
+			var s *streamer.Service
+			s, err = streamer.New(ctx, deps, c)
 			r = runOf(s, err)
 		case "splunk":
 			var s *splunk.Service

@@ -84,7 +84,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
 // message, filling in the run and key when a publisher left them out.
 func Forward(in nats.Header, m jetstream.Msg, traceID string) nats.Header {
 	h := nats.Header{}
-	for _, k := range []string{HeaderRun, HeaderSource, HeaderKey, HeaderPolicy} {
+	for _, k := range []string{HeaderRun, HeaderSource, HeaderKey, HeaderPolicy, HeaderStreamed} {
 		if v := in.Get(k); v != "" {
 			h.Set(k, v)
 		}

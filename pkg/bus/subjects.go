@@ -37,6 +37,8 @@ const (
 	HeaderKey        = "Troy-Key"        // stable id of one input within a run
 	HeaderPolicy     = "Troy-Policy"     // policy content hash
 	HeaderFormat     = "Troy-Format"     // input format (auto when absent)
+	HeaderAgent      = "Troy-Agent"      // streamed steps: the agent's name
+	HeaderStreamed   = "Troy-Streamed"   // a trace assembled from streamed steps: its findings are already out
 	HeaderReason     = "Troy-Reason"     // dead letters: why
 	HeaderOrigin     = "Troy-Origin"     // dead letters: original subject
 	HeaderStage      = "Troy-Stage"      // dead letters: the stage that gave up
@@ -61,7 +63,23 @@ func RunOf(subject string) string {
 var runPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidRun reports whether s can be a run token in a subject.
-func ValidRun(s string) bool { return runPattern.MatchString(s) }
+func ValidRun(s string) bool { return runPattern.MatchString(s) && s != "step" && s != "end" }
+
+// Streamed steps and trace ends: troy.ingest.step.<trace_id>,
+// troy.ingest.end.<trace_id>.
+const (
+	StepPrefix = "troy.ingest.step."
+	EndPrefix  = "troy.ingest.end."
+)
+
+// ValidTraceToken reports whether a trace id can end a subject: no spaces
+// or wildcards, no empty tokens.
+func ValidTraceToken(id string) bool {
+	if id == "" || strings.ContainsAny(id, " \t\r\n*>") || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") || strings.Contains(id, "..") {
+		return false
+	}
+	return true
+}
 
 // Key derives the stable id of one input of a run: every stage's message id and
 // the reporter's join entries use it, so redeliveries collapse onto one report.

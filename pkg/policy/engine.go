@@ -64,6 +64,7 @@ type compiledRule struct {
 	guard   stepGuard
 	source  rewritten // to point runtime errors at the user's text
 	loops   bool      // has predicates, so it is timed against the budget
+	decide  string    // when its verdict is certain in a streamed trace
 }
 
 // Engine is a policy compiled once, safe for concurrent use.
@@ -105,7 +106,7 @@ func CompileWith(p *Policy, o Options) (*Engine, error) {
 			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
 			continue
 		}
-		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, loops: loops}
+		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, loops: loops, decide: decideWhen(prog.Node())}
 		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
 		e.rules = append(e.rules, cr)
 	}
@@ -204,6 +205,38 @@ func (r rewritten) locate(err error, original string) *file.Error {
 	return at.Bind(file.NewSource(original))
 }
 
+// DecideWhen says, for each rule in policy order, when its verdict on a step
+// is certain while a trace streams in: DecideNow, DecideWhenTrue or
+// DecideAtEnd.
+func (e *Engine) DecideWhen() []string {
+	out := make([]string, len(e.rules))
+	for i, r := range e.rules {
+		out[i] = r.decide
+	}
+	return out
+}
+
+// EvaluateRule runs one rule (by its index in the policy) on step i, with
+// the trace as it is so far in scope.
+func (e *Engine) EvaluateRule(t *trace.Trace, rule, i int) (Violation, bool, *RuleError) {
+	r := e.rules[rule]
+	env := newEnv(t)
+	env.at(t, i)
+	var machine vm.VM
+	s := t.Steps[i]
+	if r.guard.skipsTrace(env) || r.guard.skips(i, s) {
+		return Violation{}, false, nil
+	}
+	out, err := machine.Run(r.program, env)
+	if err != nil {
+		return Violation{}, false, &RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: r.errorText(err)}
+	}
+	if fired, _ := out.(bool); fired {
+		return r.violation(s, i), true, nil
+	}
+	return Violation{}, false, nil
+}
+
 // Policy returns the policy the engine was compiled from.
 func (e *Engine) Policy() *Policy { return e.policy }
 
@@ -226,9 +259,7 @@ func (e *Engine) EvaluateStep(t *trace.Trace, i int) Result {
 // evaluate runs the rules on steps [from, to).
 func (e *Engine) evaluate(t *trace.Trace, from, to int) Result {
 	res := Result{Violations: []Violation{}, RuleErrors: []RuleError{}}
-	info := map[string]any{"trace_id": t.TraceID, "agent_name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
-	agent := map[string]any{"name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
-	env := &Env{Steps: t.Steps, Trace: info, Agent: agent}
+	env := newEnv(t)
 	var machine vm.VM
 	rules := e.rules
 	if e.traceGuards {
@@ -242,15 +273,7 @@ func (e *Engine) evaluate(t *trace.Trace, from, to int) Result {
 	var spent []time.Duration // per rule, for rules with loops
 	for i := from; i < to; i++ {
 		s := t.Steps[i]
-		env.Step, env.StepIndex = s, i
-		env.PrevSteps, env.NextSteps = t.Steps[:i], t.Steps[i+1:]
-		env.PrevStep, env.NextStep = nil, nil
-		if i > 0 {
-			env.PrevStep = t.Steps[i-1]
-		}
-		if i+1 < len(t.Steps) {
-			env.NextStep = t.Steps[i+1]
-		}
+		env.at(t, i)
 		for j, r := range rules {
 			if r.guard.skips(i, s) {
 				continue
@@ -275,23 +298,47 @@ func (e *Engine) evaluate(t *trace.Trace, from, to int) Result {
 			}
 			if err != nil {
 				if len(res.RuleErrors) < maxRuleErrors {
-					msg := err.Error()
-					if at := r.source.locate(err, r.Condition); at != nil {
-						msg = fmt.Sprintf("%s (line %d, column %d)%s", at.Message, at.Line, at.Column+1, at.Snippet)
-					}
-					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: msg})
+					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: r.errorText(err)})
 				}
 				continue
 			}
 			if fired, _ := out.(bool); fired {
-				res.Violations = append(res.Violations, Violation{
-					RuleID: r.RuleID, StepID: s.StepID, StepIndex: i,
-					Severity: r.Severity, Weight: r.WeightOrDefault(), Description: r.Description,
-				})
+				res.Violations = append(res.Violations, r.violation(s, i))
 			}
 		}
 	}
 	return res
+}
+
+func newEnv(t *trace.Trace) *Env {
+	info := map[string]any{"trace_id": t.TraceID, "agent_name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
+	agent := map[string]any{"name": t.AgentName, "metadata": metadataOrEmpty(t.Metadata)}
+	return &Env{Steps: t.Steps, Trace: info, Agent: agent}
+}
+
+// at points the env at step i.
+func (env *Env) at(t *trace.Trace, i int) {
+	env.Step, env.StepIndex = t.Steps[i], i
+	env.PrevSteps, env.NextSteps = t.Steps[:i], t.Steps[i+1:]
+	env.PrevStep, env.NextStep = nil, nil
+	if i > 0 {
+		env.PrevStep = t.Steps[i-1]
+	}
+	if i+1 < len(t.Steps) {
+		env.NextStep = t.Steps[i+1]
+	}
+}
+
+func (r compiledRule) violation(s *trace.Step, i int) Violation {
+	return Violation{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Severity: r.Severity, Weight: r.WeightOrDefault(), Description: r.Description}
+}
+
+// errorText is a runtime error pointed at the user's condition.
+func (r compiledRule) errorText(err error) string {
+	if at := r.source.locate(err, r.Condition); at != nil {
+		return fmt.Sprintf("%s (line %d, column %d)%s", at.Message, at.Line, at.Column+1, at.Snippet)
+	}
+	return err.Error()
 }
 
 func metadataOrEmpty(m map[string]any) map[string]any {

@@ -387,3 +387,43 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// ParseSteps validates steps sent on their own (a streamed trace): one step
+// object or a list of them. Parents may name steps sent earlier, so they are
+// checked when the whole trace is audited.
+func ParseSteps(data []byte, lim Limits) ([]*Step, error) {
+	if lim.MaxBytes > 0 && len(data) > lim.MaxBytes {
+		return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf(
+			"%d bytes of steps, over the %d-byte limit", len(data), lim.MaxBytes)}}}
+	}
+	var doc any
+	if err := gojson.Unmarshal(data, &doc); err != nil {
+		return nil, &InvalidError{Problems: []Problem{{Message: jsonErrorMessage(data, json.Unmarshal(data, &doc))}}}
+	}
+	list, ok := doc.([]any)
+	if !ok {
+		list = []any{doc}
+	}
+	v := &validator{lim: lim}
+	var out []*Step
+	seen := map[string]int{}
+	for i, raw := range list {
+		path := fmt.Sprintf("steps[%d]", i)
+		s := v.step(path, raw)
+		if s == nil {
+			continue
+		}
+		if j, dup := seen[s.StepID]; dup && s.StepID != "" {
+			v.add(path+".step_id", "%q is also the id of steps[%d]: step ids must be unique", s.StepID, j)
+		}
+		seen[s.StepID] = i
+		out = append(out, s)
+	}
+	if len(list) == 0 {
+		v.add("steps", "is empty: send at least one step")
+	}
+	if len(v.problems) > 0 {
+		return nil, &InvalidError{Problems: v.problems}
+	}
+	return out, nil
+}

@@ -89,3 +89,30 @@ func TestInvalidErrorKeepsTraceID(t *testing.T) {
 	assert.Equal(t, "keep-me", ie.TraceID)
 	assert.True(t, strings.HasPrefix(ie.Error(), "invalid trace: steps:"))
 }
+
+func TestParseSteps(t *testing.T) {
+	steps, err := ParseSteps([]byte(`{"step_id": "7", "type": "tool_call", "name": "x", "parent_step_id": "6"}`), DefaultLimits())
+	require.NoError(t, err)
+	require.Len(t, steps, 1)
+	assert.Equal(t, "6", steps[0].ParentStepID, "a parent sent earlier is fine here")
+	steps, err = ParseSteps([]byte(`[{"step_id": "1", "type": "llm_call"}, {"step_id": "2", "type": "observation"}]`), DefaultLimits())
+	require.NoError(t, err)
+	assert.Len(t, steps, 2)
+	assert.Equal(t, []string{`steps[1].type: "jump" is not one of llm_call, tool_call, decision, observation`,
+		`steps[1].step_id: "1" is also the id of steps[0]: step ids must be unique`},
+		problemsOf(t, `[{"step_id":"1","type":"llm_call"},{"step_id":"1","type":"jump"}]`))
+	assert.Equal(t, []string{"steps: is empty: send at least one step"}, problemsOf(t, `[]`))
+	assert.Contains(t, problemsOf(t, `{"step_id": `)[0], "bad JSON at line 1")
+}
+
+func problemsOf(t *testing.T, doc string) []string {
+	t.Helper()
+	_, err := ParseSteps([]byte(doc), DefaultLimits())
+	var ie *InvalidError
+	require.ErrorAs(t, err, &ie)
+	var out []string
+	for _, p := range ie.Problems {
+		out = append(out, p.String())
+	}
+	return out
+}

@@ -97,9 +97,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	out.Set(bus.HeaderPolicy, engine.Hash())
 	run := bus.RunOf(m.Subject())
 	// Findings go out first and on their own subjects: a SIEM never waits
-	// for the score, the explainer or the report.
-	if err := s.publishFindings(ctx, g.Trace, res, out.Get(bus.HeaderKey), run); err != nil {
-		return err
+	// for the score, the explainer or the report. A streamed trace's were
+	// published as its steps arrived.
+	if m.Headers().Get(bus.HeaderStreamed) == "" {
+		if err := s.publishFindings(ctx, g.Trace, res, out.Get(bus.HeaderKey), run); err != nil {
+			return err
+		}
 	}
 	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageEval, run), Data: body,
 		Header: out, MsgID: bus.MsgID(bus.StageEval, out.Get(bus.HeaderKey), engine.Hash())})

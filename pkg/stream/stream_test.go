@@ -1,0 +1,103 @@
+package stream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+func engine(t *testing.T) *policy.Engine {
+	t.Helper()
+	p, err := policy.Parse([]byte(`
+policy_id: streaming
+rules:
+  - rule_id: shell
+    condition: step.name == 'bash'
+  - rule_id: pii-then-external
+    condition: get(step, 'metadata.data_classification') == 'pii' and any_next({ get(#, 'metadata.network_zone') == 'external' })
+  - rule_id: never-confirmed
+    condition: step.name == 'book' and not any_next({ .name == 'confirm' })
+`))
+	require.NoError(t, err)
+	e, err := policy.Compile(p)
+	require.NoError(t, err)
+	return e
+}
+
+func step(id, name string, meta map[string]any) *trace.Step {
+	return &trace.Step{StepID: id, Type: "tool_call", Name: name, Metadata: meta}
+}
+
+func ids(vs []policy.Violation) []string {
+	out := []string{}
+	for _, v := range vs {
+		out = append(out, v.RuleID+"@"+v.StepID)
+	}
+	return out
+}
+
+func TestVerdictsComeWhenCertainAndOnce(t *testing.T) {
+	e := engine(t)
+	now := time.Now()
+	s := New("t", "bot", nil, e.Hash(), now)
+	var seq uint64
+	push := func(st ...*trace.Step) []string {
+		seq++
+		from, err := s.Add(st, seq, 100, DefaultLimits(), now)
+		require.NoError(t, err)
+		return ids(s.Decide(e, from))
+	}
+	assert.Equal(t, []string{}, push(step("1", "crm", map[string]any{"data_classification": "pii"})), "nothing certain yet")
+	assert.Equal(t, []string{"shell@2"}, push(step("2", "bash", nil)), "decided on arrival")
+	assert.Equal(t, []string{}, push(step("3", "book", nil)), "never-confirmed waits for the end")
+	assert.Equal(t, []string{"pii-then-external@1"}, push(step("4", "post", map[string]any{"network_zone": "external"})),
+		"the look-ahead fires when the later step arrives")
+	assert.Equal(t, []string{}, push(step("4", "post", nil)), "a duplicate step changes nothing")
+	assert.Equal(t, []string{"never-confirmed@3"}, ids(s.Finish(e)), "decided at the end")
+	assert.Equal(t, []string{}, ids(s.Finish(e)), "and reported once")
+}
+
+func TestConfirmedBookingNeverFires(t *testing.T) {
+	e := engine(t)
+	s := New("t", "bot", nil, e.Hash(), time.Now())
+	_, err := s.Add([]*trace.Step{step("1", "book", nil), step("2", "confirm", nil)}, 1, 10, DefaultLimits(), time.Now())
+	require.NoError(t, err)
+	assert.Empty(t, s.Decide(e, 0))
+	assert.Empty(t, s.Finish(e))
+}
+
+func TestOutOfOrderStepsAreOrderedByTimestamp(t *testing.T) {
+	e := engine(t)
+	s := New("t", "bot", nil, e.Hash(), time.Now())
+	late := step("b", "crm", map[string]any{"data_classification": "pii"})
+	late.Timestamp = "2026-11-30T10:00:01Z"
+	early := step("a", "login", nil)
+	early.Timestamp = "2026-11-30T10:00:00Z"
+	post := step("c", "post", map[string]any{"network_zone": "external"})
+	post.Timestamp = "2026-11-30T10:00:02Z"
+	for i, st := range []*trace.Step{post, late, early} { // arrive backwards
+		from, err := s.Add([]*trace.Step{st}, uint64(i+1), 10, DefaultLimits(), time.Now())
+		require.NoError(t, err)
+		s.Decide(e, from)
+	}
+	var order []string
+	for _, st := range s.Steps {
+		order = append(order, st.StepID)
+	}
+	assert.Equal(t, []string{"a", "b", "c"}, order)
+	assert.True(t, s.Reported["pii-then-external\x00b"], "the PII step fired once the earlier-sent post was in place")
+}
+
+func TestLimitsCloseATrace(t *testing.T) {
+	s := New("t", "bot", nil, "h", time.Now())
+	_, err := s.Add([]*trace.Step{step("1", "a", nil), step("2", "b", nil), step("3", "c", nil)}, 1, 10, Limits{MaxSteps: 2}, time.Now())
+	assert.ErrorIs(t, err, ErrLimit)
+	assert.ErrorContains(t, err, "3 steps, over the 2-step limit")
+	_, err = New("t", "bot", nil, "h", time.Now()).Add([]*trace.Step{step("1", "a", nil)}, 1, 500, Limits{MaxBytes: 100}, time.Now())
+	assert.ErrorContains(t, err, "500 bytes, over the 100-byte limit")
+}

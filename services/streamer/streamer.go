@@ -1,0 +1,336 @@
+// Package streamer is the service that audits traces while they arrive step
+// by step (troy.ingest.step.<trace_id>), reports each violation the moment
+// it is certain (pkg/stream), and when a trace ends (troy.ingest.end.<id>,
+// or an idle timeout) sends it whole down the pipeline for its report.
+package streamer
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/ocsf"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/stream"
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// Consumer is the durable consumer this service reads.
+const Consumer = "streamer"
+
+// Bucket keeps open traces.
+const Bucket = "troy_streams"
+
+// Produces lists the stages this service publishes to.
+var Produces = []string{bus.StageViolations, bus.StageIngest}
+
+// Config tunes the service.
+type Config struct {
+	Workers       int
+	IdleTimeout   time.Duration // a trace with no step for this long ends
+	Limits        stream.Limits
+	StepLimits    trace.Limits
+	DefaultPolicy string        // id or hash, when neither the step nor the trace names one
+	EndGrace      time.Duration // how long after an end steps still in flight are taken
+	Version       string
+	Now           func() time.Time
+}
+
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config {
+	return Config{Workers: 8, IdleTimeout: 5 * time.Minute, EndGrace: 500 * time.Millisecond,
+		Limits: stream.DefaultLimits(), StepLimits: trace.DefaultLimits(), Now: time.Now}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 || c.IdleTimeout <= 0 || c.Now == nil {
+		return errors.New("streamer: workers, idle timeout and clock are required")
+	}
+	return nil
+}
+
+// Service is the streamer.
+type Service struct {
+	deps     bus.Deps
+	cfg      Config
+	kv       jetstream.KeyValue
+	policies *policystore.Store
+}
+
+// New builds the service.
+func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	kv, err := deps.JS.KeyValue(ctx, Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("streamer: bucket %s: %w (was the topology provisioned?)", Bucket, err)
+	}
+	store, err := policystore.Open(ctx, deps.JS)
+	if err != nil {
+		return nil, err
+	}
+	store.SetDefault(cfg.DefaultPolicy)
+	return &Service{deps: deps, cfg: cfg, kv: kv, policies: store}, nil
+}
+
+// Run consumes steps and ends, and closes idle traces, until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.policies.Watch(ctx); err != nil {
+		return err
+	}
+	go s.sweep(ctx)
+	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+}
+
+// Key of a streamed trace: its findings' uids and its final report's
+// message ids derive from it, as for any trace in the live run.
+func Key(traceID string) string { return bus.Key(bus.LiveRun, traceID, traceID) }
+
+func kvKey(traceID string) string { return base64.RawURLEncoding.EncodeToString([]byte(traceID)) }
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
+	subj := m.Subject()
+	switch {
+	case strings.HasPrefix(subj, bus.StepPrefix):
+		return s.steps(ctx, strings.TrimPrefix(subj, bus.StepPrefix), m)
+	case strings.HasPrefix(subj, bus.EndPrefix):
+		return s.requestEnd(ctx, strings.TrimPrefix(subj, bus.EndPrefix))
+	}
+	return bus.Permanentf("streamer does not read %s", subj)
+}
+
+func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) error {
+	steps, err := trace.ParseSteps(m.Data(), s.cfg.StepLimits)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("trace %s: %w", traceID, err))
+	}
+	h := m.Headers()
+	return s.update(ctx, traceID, func(st *stream.State) (bool, error) {
+		if st == nil {
+			return false, nil // created below
+		}
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		from, err := st.Add(steps, seq, len(m.Data()), s.cfg.Limits, s.cfg.Now())
+		if errors.Is(err, stream.ErrLimit) {
+			s.deps.Log.Warn().Str("trace_id", traceID).Err(err).Msg("streamed trace closed")
+			st.Closing = true
+			return true, s.finish(ctx, st, err.Error())
+		}
+		if err != nil {
+			return false, err
+		}
+		e, err := s.policies.ByHash(ctx, st.PolicyHash)
+		if err != nil {
+			return false, bus.Permanent(err)
+		}
+		return true, s.publish(ctx, st, st.Decide(e, from))
+	}, func() (*stream.State, error) {
+		e, err := s.policies.Engine(ctx, h.Get(bus.HeaderPolicy))
+		if err != nil {
+			return nil, bus.Permanent(fmt.Errorf("trace %s: %w", traceID, err))
+		}
+		return stream.New(traceID, h.Get(bus.HeaderAgent), nil, e.Hash(), s.cfg.Now()), nil
+	})
+}
+
+// update applies fn to the trace's stored state under a revision check, so
+// two workers (or processes) never overwrite each other's steps.
+func (s *Service) update(ctx context.Context, traceID string, fn func(*stream.State) (bool, error), create func() (*stream.State, error)) error {
+	key := kvKey(traceID)
+	for attempt := 0; attempt < 20; attempt++ {
+		var st *stream.State
+		var rev uint64
+		entry, err := s.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if st, err = create(); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			rev = entry.Revision()
+			st = &stream.State{}
+			if err := json.Unmarshal(entry.Value(), st); err != nil {
+				return bus.Permanent(fmt.Errorf("stored state of %s: %w", traceID, err))
+			}
+		}
+		if st != nil && st.Closing {
+			return bus.Permanentf("trace %s has ended: start a new trace id", traceID)
+		}
+		changed, err := fn(st)
+		if err != nil || !changed {
+			return err
+		}
+		if st.Closing {
+			return s.kv.Purge(ctx, key)
+		}
+		data, err := json.Marshal(st)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !wrongRevision(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("trace %s: too many concurrent updates", traceID)
+}
+
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// requestEnd marks a trace as complete and closes it after a short grace:
+// steps sent just before the end may be handled by another worker, or
+// another process, a moment later.
+func (s *Service) requestEnd(ctx context.Context, traceID string) error {
+	err := s.update(ctx, traceID, func(st *stream.State) (bool, error) {
+		if st == nil || !st.EndAt.IsZero() {
+			return false, nil
+		}
+		st.EndAt, st.EndWhy = s.cfg.Now(), "ended by its sender"
+		return true, nil
+	}, func() (*stream.State, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	bg := context.WithoutCancel(ctx)
+	time.AfterFunc(s.cfg.EndGrace, func() {
+		if err := s.end(bg, traceID, "ended by its sender"); err != nil {
+			s.deps.Log.Warn().Err(err).Str("trace_id", traceID).Msg("streamer: could not end a trace; the sweep will")
+		}
+	})
+	return nil
+}
+
+// end closes a trace: the rules decided at the end run, their findings go
+// out, and the whole trace goes down the pipeline for its report.
+func (s *Service) end(ctx context.Context, traceID, why string) error {
+	return s.update(ctx, traceID, func(st *stream.State) (bool, error) {
+		if st == nil || len(st.Steps) == 0 {
+			return false, nil // nothing was streamed: nothing to end
+		}
+		st.Closing = true
+		return true, s.finish(ctx, st, why)
+	}, func() (*stream.State, error) { return nil, nil })
+}
+
+func (s *Service) finish(ctx context.Context, st *stream.State, why string) error {
+	e, err := s.policies.ByHash(ctx, st.PolicyHash)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	if err := s.publish(ctx, st, st.Finish(e)); err != nil {
+		return err
+	}
+	doc := map[string]any{"trace_id": st.TraceID, "agent_name": st.Agent, "steps": st.Steps,
+		"metadata": withReason(st.Metadata, why)}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	h := nats.Header{}
+	h.Set(bus.HeaderSource, st.TraceID)
+	h.Set(bus.HeaderKey, Key(st.TraceID))
+	h.Set(bus.HeaderPolicy, st.PolicyHash)
+	h.Set(bus.HeaderStreamed, "1")
+	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageIngest, bus.LiveRun), Data: body, Header: h,
+		MsgID: bus.MsgID(bus.StageIngest, Key(st.TraceID), st.PolicyHash)})
+}
+
+func withReason(meta map[string]any, why string) map[string]any {
+	out := map[string]any{}
+	for k, v := range meta {
+		out[k] = v
+	}
+	out["stream_end"] = why
+	return out
+}
+
+func (s *Service) publish(ctx context.Context, st *stream.State, vs []policy.Violation) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	e, err := s.policies.ByHash(ctx, st.PolicyHash)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	c := ocsf.Context{Trace: st.Trace(), PolicyID: e.Policy().PolicyID, PolicyHash: st.PolicyHash, Run: bus.LiveRun,
+		Product: s.cfg.Version, Now: s.cfg.Now()}
+	for _, v := range vs {
+		uid := ocsf.UID(Key(st.TraceID), v.StepID, v.RuleID, st.PolicyHash)
+		body, err := events.Marshal(ocsf.FromViolation(v, uid, c))
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		if err := bus.Publish(ctx, s.deps.JS, bus.Out{Subject: ocsf.Subject(v.Severity, v.RuleID), Data: body, MsgID: uid}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweep ends traces idle for longer than the idle timeout, and ended ones
+// whose closing was lost (the process that took the end stopped).
+func (s *Service) sweep(ctx context.Context) {
+	every := min(max(s.cfg.IdleTimeout/4, 100*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lister, err := s.kv.ListKeys(ctx)
+		if err != nil {
+			continue
+		}
+		for key := range lister.Keys() {
+			entry, err := s.kv.Get(ctx, key)
+			if err != nil {
+				continue
+			}
+			var st stream.State
+			if json.Unmarshal(entry.Value(), &st) != nil {
+				continue
+			}
+			why := ""
+			switch now := s.cfg.Now(); {
+			case !st.EndAt.IsZero() && now.Sub(st.EndAt) >= s.cfg.EndGrace:
+				why = st.EndWhy
+			case now.Sub(st.LastSeen) >= s.cfg.IdleTimeout:
+				why = fmt.Sprintf("idle for %s", s.cfg.IdleTimeout)
+			default:
+				continue
+			}
+			if err := s.end(ctx, st.TraceID, why); err != nil {
+				s.deps.Log.Warn().Err(err).Str("trace_id", st.TraceID).Msg("streamer: could not end an idle trace")
+			}
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package services_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/ocsf"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/services/streamer"
+)
+
+const streamingPolicy = `
+policy_id: streaming
+rules:
+  - rule_id: shell
+    condition: step.name == 'bash'
+    severity: low
+  - rule_id: pii-then-external
+    condition: get(step, 'metadata.data_classification') == 'pii' and any_next({ get(#, 'metadata.network_zone') == 'external' })
+    severity: critical
+  - rule_id: booked-unconfirmed
+    condition: step.name == 'book' and not any_next({ .name == 'confirm' })
+    severity: high
+`
+
+func startStreaming(t *testing.T, idle time.Duration) (*bustest.Server, *policy.Policy) {
+	t.Helper()
+	srv, deps := bustest.Provisioned(t)
+	p, err := policy.Parse([]byte(streamingPolicy))
+	require.NoError(t, err)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), p)
+	require.NoError(t, err)
+	rs := all(t, deps)
+	cfg := streamer.DefaultConfig()
+	cfg.IdleTimeout, cfg.DefaultPolicy = idle, "streaming"
+	st, err := streamer.New(context.Background(), deps, cfg)
+	require.NoError(t, err)
+	rs[len(rs)-1] = st
+	start(t, rs...)
+	return srv, p
+}
+
+func sendStep(t *testing.T, srv *bustest.Server, traceID, body string) {
+	t.Helper()
+	m := nats.NewMsg(bus.StepPrefix + traceID)
+	m.Data = []byte(body)
+	m.Header.Set(bus.HeaderAgent, "booking-bot")
+	_, err := srv.JS.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+}
+
+func finding(t *testing.T, m *nats.Msg) string {
+	t.Helper()
+	var f ocsf.Finding
+	require.NoError(t, json.Unmarshal(m.Data, &f))
+	return f.FindingInfo.Analytic.UID + "@" + f.Unmapped["step_id"].(string)
+}
+
+func noFinding(t *testing.T, ch chan *nats.Msg) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		t.Fatalf("unexpected finding %s", finding(t, m))
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestStreamingAudit streams a trace step by step: a rule decided on arrival
+// fires at once, a look-ahead rule fires when the step that makes it true
+// arrives, a rule that can change until the end fires at the end, each once;
+// then the whole trace is reported as usual.
+func TestStreamingAudit(t *testing.T) {
+	srv, _ := startStreaming(t, time.Minute)
+	findings := subscribe(t, srv.NC, "troy.violations.>")
+	reports := subscribe(t, srv.NC, "troy.report.live")
+
+	sendStep(t, srv, "run-1", `{"step_id": "1", "type": "tool_call", "name": "crm", "metadata": {"data_classification": "pii"}}`)
+	noFinding(t, findings)
+	sendStep(t, srv, "run-1", `{"step_id": "2", "type": "tool_call", "name": "bash"}`)
+	assert.Equal(t, "shell@2", finding(t, next(t, findings)), "decided on arrival")
+	sendStep(t, srv, "run-1", `[{"step_id": "3", "type": "tool_call", "name": "book"}, {"step_id": "2", "type": "tool_call", "name": "bash"}]`)
+	noFinding(t, findings) // the booking may yet be confirmed; step 2 again is a duplicate
+	sendStep(t, srv, "run-1", `{"step_id": "4", "type": "tool_call", "name": "post", "metadata": {"network_zone": "external"}}`)
+	assert.Equal(t, "pii-then-external@1", finding(t, next(t, findings)), "fires when the later step arrives")
+
+	_, err := srv.JS.Publish(context.Background(), bus.EndPrefix+"run-1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "booked-unconfirmed@3", finding(t, next(t, findings)), "decided at the end")
+
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	assert.Equal(t, "run-1", rep.Audit.Trace.TraceID)
+	assert.Equal(t, "booking-bot", rep.Audit.Trace.AgentName)
+	assert.Len(t, rep.Audit.Trace.Steps, 4)
+	assert.Len(t, rep.Audit.Violations, 3)
+	assert.Equal(t, "ended by its sender", rep.Audit.Trace.Metadata["stream_end"])
+	noFinding(t, findings) // the final audit publishes no second copy
+}
+
+func TestStreamedTraceEndsWhenIdle(t *testing.T) {
+	srv, _ := startStreaming(t, 400*time.Millisecond)
+	reports := subscribe(t, srv.NC, "troy.report.live")
+	sendStep(t, srv, "quiet", `{"step_id": "a", "type": "llm_call"}`)
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	assert.Equal(t, "quiet", rep.Audit.Trace.TraceID)
+	assert.Equal(t, "idle for 400ms", rep.Audit.Trace.Metadata["stream_end"])
+}
