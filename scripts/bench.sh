@@ -59,6 +59,12 @@ go test -run '^$' -bench 'BenchmarkLLMExplainer' -benchtime 1x ./pkg/explain/ |
   awk '/^BenchmarkLLM/ { for (i=1;i<=NF;i++) { if ($(i)=="wall-s") w=$(i-1); if ($(i)=="ideal-s") id=$(i-1); if ($(i)=="overhead-ms/call") o=$(i-1); if ($(i)=="max-in-flight") m=$(i-1) }
        printf "  wall %s s (ideal %s s incl. 50 summaries), overhead %s ms per call, at most %s calls in flight\n", w, id, o, m }'
 
+echo
+echo "== streaming: 1,000 steps/s offered to the streamer, publish -> finding on troy.violations.>"
+go test -run '^$' -bench 'BenchmarkStreamingLatency' -benchtime 3000x ./services/ |
+  awk '/^BenchmarkStreaming/ { for (i=1;i<=NF;i++) { if ($(i)=="p50-ms") p50=$(i-1); if ($(i)=="p99-ms") p99=$(i-1) }
+       printf "  p50 %s ms   p99 %s ms\n", p50, p99 }'
+
 batch() { # name traces-dir out-parent
   local name=$1 dir=$2 parent=$3 n
   n=$(ls "$dir" | wc -l)
@@ -78,6 +84,13 @@ echo "== troy audit-batch, embedded NATS, offline explainer"
 if [ -n "$SHM" ]; then
   batch "1k, output on tmpfs" "$WORK/t1k" "$SHM"
   batch "${N_LARGE}, output on tmpfs" "$WORK/tlarge" "$SHM"
+fi
+if [ -d "$SHARED/fixtures/agent-instruct" ]; then
+  ai=$(wc -l < "$SHARED/fixtures/agent-instruct/agent_instruct_os.jsonl")
+  rm -rf "$WORK/ai" "$WORK/aid"; t0=$(date +%s.%N)
+  "$BIN" audit-batch "$SHARED/fixtures/agent-instruct" pkg/templates/agent_safety.yaml --out-dir "$WORK/ai" --data-dir "$WORK/aid" >/dev/null 2>&1 || true
+  t1=$(date +%s.%N)
+  awk -v n="$ai" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "  %-34s %6d traces in %6.2fs = %6.0f traces/s (agent_safety)\n", "AgentInstruct fixture (chat logs)", n, t1-t0, n/(t1-t0) }'
 fi
 batch "1k, output on disk" "$WORK/t1k" "$WORK"
 batch "${N_LARGE}, output on disk" "$WORK/tlarge" "$WORK"
