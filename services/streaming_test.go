@@ -1,21 +1,29 @@
 package services_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/httpapi"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/streamer"
 )
 
@@ -117,4 +125,46 @@ func TestStreamedTraceEndsWhenIdle(t *testing.T) {
 	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
 	assert.Equal(t, "quiet", rep.Audit.Trace.TraceID)
 	assert.Equal(t, "idle for 400ms", rep.Audit.Trace.Metadata["stream_end"])
+}
+
+// TestOTLPExportIsStreamed posts an OTLP/HTTP protobuf export of an agent
+// run (GenAI spans) to POST /v1/traces: its spans become steps, the root span
+// ends the run, and the run is reported.
+func TestOTLPExportIsStreamed(t *testing.T) {
+	srv, _ := startStreaming(t, time.Minute)
+	reports := subscribe(t, srv.NC, "troy.report.live")
+	findings := subscribe(t, srv.NC, "troy.violations.>")
+	web := httptest.NewServer(httpapi.Traces(srv.JS, httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: "streaming"}))
+	defer web.Close()
+
+	td := ptrace.NewTraces()
+	spans := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	tid := pcommon.TraceID([16]byte{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9})
+	base := time.Now()
+	for i, a := range []map[string]any{
+		{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "otel-bot"},
+		{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "bash", "gen_ai.tool.call.arguments": `{"cmd": "ls"}`},
+	} {
+		s := spans.AppendEmpty()
+		s.SetTraceID(tid)
+		s.SetSpanID(pcommon.SpanID([8]byte{0, 0, 0, 0, 0, 0, 0, byte(i + 1)}))
+		if i > 0 {
+			s.SetParentSpanID(pcommon.SpanID([8]byte{0, 0, 0, 0, 0, 0, 0, 1}))
+		}
+		s.SetStartTimestamp(pcommon.NewTimestampFromTime(base.Add(time.Duration(i) * time.Millisecond)))
+		require.NoError(t, s.Attributes().FromRaw(a))
+	}
+	body, err := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	require.NoError(t, err)
+	resp, err := http.Post(web.URL, "application/x-protobuf", bytes.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	assert.Equal(t, "shell@"+pcommon.SpanID([8]byte{0, 0, 0, 0, 0, 0, 0, 2}).String(), finding(t, next(t, findings)))
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	assert.Equal(t, tid.String(), rep.Audit.Trace.TraceID)
+	assert.Equal(t, "otel-bot", rep.Audit.Trace.AgentName)
+	assert.Len(t, rep.Audit.Trace.Steps, 2)
 }

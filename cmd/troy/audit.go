@@ -47,7 +47,7 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxSteps, "max-steps", lim.MaxSteps, "reject traces with more steps than this")
 	fl.BoolVar(&f.withServices, "with-services", false, "with --nats-url, also run the pipeline services in this process (default: they run under troy serve)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
-	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, or messages (OpenAI chat logs: a list, {messages}, tau-bench {traj})")
+	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, messages (OpenAI chat logs: a list, {messages}, tau-bench {traj}), or otlp (OTLP/JSON)")
 	f.llm.register(cmd)
 }
 

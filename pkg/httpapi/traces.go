@@ -49,6 +49,8 @@ type Problem struct {
 // Traces handles POST /v1/traces[?run=R&policy=HASH]: one trace document in
 // the body, checked at once (400 with every problem) and published to
 // troy.ingest.<run> (default run "live"). Reports appear on troy.report.<run>.
+// An OTLP/HTTP export (protobuf or JSON) on the same path is streamed: each
+// agent run's spans become its steps.
 func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		run := r.URL.Query().Get("run")
@@ -75,6 +77,10 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 			return
 		case err != nil:
 			writeJSON(w, http.StatusBadRequest, Problem{Error: "reading the body: " + err.Error()})
+			return
+		}
+		if isOTLP(r, body) {
+			receiveOTLP(w, r, pub, body)
 			return
 		}
 		tr, err := trace.ParseAny(body, cfg.Limits, r.URL.Query().Get("format"), "")

@@ -16,10 +16,11 @@ const (
 	FormatAuto     = "auto"
 	FormatTroy     = "troy"     // troy's own trace (the seed format)
 	FormatMessages = "messages" // OpenAI chat messages: a list, {messages}, or tau-bench {traj}
+	FormatOTLP     = "otlp"     // OTLP/JSON trace exports: read by pkg/otlp, not here
 )
 
 // Formats lists the accepted --format values.
-var Formats = []string{FormatAuto, FormatTroy, FormatMessages}
+var Formats = []string{FormatAuto, FormatTroy, FormatMessages, FormatOTLP}
 
 // ParseAny reads one document in any supported format (auto-detected unless
 // format names one) and returns it in canonical form. fallbackID names a
@@ -36,6 +37,8 @@ func ParseAny(data []byte, lim Limits, format, fallbackID string) (*Trace, error
 	case FormatTroy:
 		return Parse(data, lim)
 	case FormatAuto, FormatMessages:
+	case FormatOTLP:
+		return nil, &InvalidError{Problems: []Problem{{Message: "OTLP exports are read by pkg/otlp (the ingest service does)"}}}
 	default:
 		return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf("format %q is not one of %s", format, strings.Join(Formats, ", "))}}}
 	}

@@ -79,7 +79,7 @@ func TestParseAnyDetectsFormats(t *testing.T) {
 	_, err = ParseAny([]byte(`[{"role":"user"`), lim, FormatAuto, "")
 	assert.ErrorContains(t, err, "bad JSON at line 1")
 	_, err = ParseAny([]byte(`{}`), lim, "yaml", "")
-	assert.ErrorContains(t, err, `format "yaml" is not one of auto, troy, messages`)
+	assert.ErrorContains(t, err, `format "yaml" is not one of auto, troy, messages, otlp`)
 	_, err = ParseAny([]byte(`[]`), lim, FormatAuto, "")
 	assert.ErrorContains(t, err, "messages: is empty")
 }

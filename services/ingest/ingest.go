@@ -12,6 +12,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/otlp"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -39,6 +40,15 @@ func (c Config) Validate() error {
 		return errors.New("ingest: limits must not be negative")
 	}
 	return nil
+}
+
+// Parse reads one document in any format troy takes: its own traces, chat
+// logs, and OTLP/JSON exports (format "otlp", or detected).
+func Parse(data []byte, lim trace.Limits, format, fallbackID string) (*trace.Trace, error) {
+	if format == trace.FormatOTLP || ((format == "" || format == trace.FormatAuto) && otlp.LooksLikeJSON(data)) {
+		return otlp.Parse(data, lim)
+	}
+	return trace.ParseAny(data, lim, format, fallbackID)
 }
 
 // FallbackID names a trace whose format carries no id (a chat log) after
@@ -83,7 +93,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	out.Set(bus.HeaderRun, run)
 	policyHash := in.Get(bus.HeaderPolicy)
 
-	tr, err := trace.ParseAny(m.Data(), s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))
+	tr, err := Parse(m.Data(), s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))
 	var invalid *trace.InvalidError
 	if errors.As(err, &invalid) {
 		key := bus.Key(run, source, invalid.TraceID)

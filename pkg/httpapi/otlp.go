@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/otlp"
+)
+
+// isOTLP tells an OTLP/HTTP export from a troy document on POST /v1/traces.
+func isOTLP(r *http.Request, body []byte) bool {
+	return r.Header.Get("Content-Type") == "application/x-protobuf" || otlp.LooksLikeJSON(body)
+}
+
+// receiveOTLP streams each agent run in an export: its steps go to
+// troy.ingest.step.<trace_id>, and a run whose root span came (the agent
+// span ends, and is exported, last) is ended. Other runs end when idle.
+func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []byte) {
+	protobuf := r.Header.Get("Content-Type") == "application/x-protobuf"
+	td, err := otlp.Decode(body, r.Header.Get("Content-Type"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	for _, c := range otlp.Convert(td) {
+		if err := publishRun(r.Context(), pub, c); err != nil {
+			http.Error(w, "the pipeline did not take the spans; retry: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if protobuf { // an empty ExportTraceServiceResponse
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{})
+}
+
+func publishRun(ctx context.Context, pub Publisher, c otlp.Converted) error {
+	t := c.Trace
+	if !bus.ValidTraceToken(t.TraceID) {
+		return fmt.Errorf("trace id %q cannot name a subject", t.TraceID)
+	}
+	body, err := json.Marshal(t.Steps)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(bus.StepPrefix + t.TraceID)
+	m.Data = body
+	m.Header.Set(bus.HeaderAgent, t.AgentName)
+	if _, err := pub.PublishMsg(ctx, m); err != nil {
+		return err
+	}
+	if c.Complete {
+		_, err = pub.PublishMsg(ctx, nats.NewMsg(bus.EndPrefix+t.TraceID))
+	}
+	return err
+}
