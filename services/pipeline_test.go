@@ -448,3 +448,24 @@ func TestViolationsBecomeFindingsOnce(t *testing.T) {
 	assert.Equal(t, float64(2004), f["class_uid"])
 	assert.Equal(t, m.Header.Get(bus.HeaderMsgID), f["finding_info"].(map[string]any)["uid"])
 }
+
+func TestATraceMayNameItsPolicy(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	named, err := policy.Parse([]byte("policy_id: named\nrules:\n  - rule_id: from-metadata\n    condition: 'true'\n"))
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), named)
+	require.NoError(t, err)
+	ev, err := evaluator.New(context.Background(), deps, evaluator.DefaultConfig())
+	require.NoError(t, err)
+	start(t, ev)
+	evals := subscribe(t, srv.NC, "troy.eval.>")
+	tr := mustTrace(t)
+	tr.Metadata = map[string]any{"policy_id": "named"}
+	g, _ := json.Marshal(events.Graphed{Trace: tr})
+	publish(t, srv.JS, "troy.graph.live", g, nats.Header{bus.HeaderKey: {"pm"}})
+	var got events.Evaluated
+	require.NoError(t, json.Unmarshal(next(t, evals).Data, &got))
+	assert.Equal(t, named.Hash(), got.PolicyHash)
+}

@@ -83,7 +83,11 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	engine, err := s.engine(ctx, m.Headers().Get(bus.HeaderPolicy))
+	ref := m.Headers().Get(bus.HeaderPolicy)
+	if id, ok := g.Trace.Metadata["policy_id"].(string); ok && ref == "" {
+		ref = id // a trace may name its policy
+	}
+	engine, err := s.engine(ctx, ref)
 	if err != nil {
 		return err
 	}
