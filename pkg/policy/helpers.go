@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/troy-audit/troy/pkg/detect"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -111,17 +112,61 @@ func text(params ...any) (any, error) {
 // as text and returns its findings as a list of maps (.kind, .description,
 // .value, …), empty when nothing is found.
 func detector(find func(string) []detect.Finding) func(params ...any) (any, error) {
+	var memo detectorMemo
 	return func(params ...any) (any, error) {
 		if len(params) != 1 {
 			return nil, fmt.Errorf("detectors take 1 argument (the text), got %d", len(params))
 		}
-		fs := find(Text(params[0]))
+		text := Text(params[0])
+		if out, ok := memo.get(text); ok {
+			return out, nil
+		}
+		fs := find(text)
 		out := make([]any, len(fs))
 		for i, f := range fs {
 			out[i] = f.Map()
 		}
+		memo.put(text, out)
 		return out, nil
 	}
+}
+
+// detectorMemo remembers a detector's findings for recent texts: the same
+// history is scanned again on every guard check of a session, and by every
+// rule that reads it. Findings are read-only to conditions, so sharing them
+// is safe. Bounded: it starts over when full.
+type detectorMemo struct {
+	mu sync.RWMutex
+	m  map[string][]any
+	n  int // bytes of text held
+}
+
+const (
+	memoMaxText  = 4 << 10  // longer texts are not remembered
+	memoMaxBytes = 16 << 20 // per detector
+)
+
+func (d *detectorMemo) get(text string) ([]any, bool) {
+	if len(text) > memoMaxText {
+		return nil, false
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out, ok := d.m[text]
+	return out, ok
+}
+
+func (d *detectorMemo) put(text string, out []any) {
+	if len(text) > memoMaxText {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil || d.n+len(text) > memoMaxBytes {
+		d.m, d.n = map[string][]any{}, 0
+	}
+	d.m[text] = out
+	d.n += len(text)
 }
 
 // json(x): a JSON string parsed into maps and lists; nil when x is not a
