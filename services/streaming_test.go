@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -69,6 +70,25 @@ func sendStep(t *testing.T, srv *bustest.Server, traceID, body string) {
 	require.NoError(t, err)
 }
 
+// streamed reads a stream from now on through an ordered consumer: what a
+// SIEM consumer sees, after JetStream has dropped republished duplicates
+// (a finding republished after a lost revision race carries the same
+// Nats-Msg-Id).
+func streamed(t *testing.T, srv *bustest.Server, name string) chan *nats.Msg {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cons, err := srv.JS.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	require.NoError(t, err)
+	ch := make(chan *nats.Msg, 64)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		ch <- &nats.Msg{Subject: m.Subject(), Data: m.Data()}
+	})
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
+	return ch
+}
+
 func finding(t *testing.T, m *nats.Msg) string {
 	t.Helper()
 	var f ocsf.Finding
@@ -91,7 +111,7 @@ func noFinding(t *testing.T, ch chan *nats.Msg) {
 // then the whole trace is reported as usual.
 func TestStreamingAudit(t *testing.T) {
 	srv, _ := startStreaming(t, time.Minute)
-	findings := subscribe(t, srv.NC, "troy.violations.>")
+	findings := streamed(t, srv, "TROY_VIOLATIONS")
 	reports := subscribe(t, srv.NC, "troy.report.live")
 
 	sendStep(t, srv, "run-1", `{"step_id": "1", "type": "tool_call", "name": "crm", "metadata": {"data_classification": "pii"}}`)
@@ -133,7 +153,7 @@ func TestStreamedTraceEndsWhenIdle(t *testing.T) {
 func TestOTLPExportIsStreamed(t *testing.T) {
 	srv, _ := startStreaming(t, time.Minute)
 	reports := subscribe(t, srv.NC, "troy.report.live")
-	findings := subscribe(t, srv.NC, "troy.violations.>")
+	findings := streamed(t, srv, "TROY_VIOLATIONS")
 	web := httptest.NewServer(httpapi.Traces(srv.JS, httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: "streaming"}))
 	defer web.Close()
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -59,36 +60,22 @@ func (s *KVSessions) load(ctx context.Context, session string) ([]*trace.Step, u
 // Append implements Sessions. Concurrent appends to one session retry on
 // the revision check, so none is lost.
 func (s *KVSessions) Append(ctx context.Context, session string, step *trace.Step) error {
-	key := sessionKey(session)
-	for attempt := 0; attempt < 10; attempt++ {
-		steps, rev, err := s.load(ctx, session)
-		if err != nil {
-			return err
+	err := bus.UpdateKV(ctx, s.kv, sessionKey(session), func(cur []byte) ([]byte, bus.KVChange, error) {
+		steps := []*trace.Step{}
+		if cur != nil {
+			if err := json.Unmarshal(cur, &steps); err != nil {
+				return nil, bus.KVKeep, fmt.Errorf("stored history is not valid: %w", err)
+			}
 		}
 		steps = append(steps, step)
 		if len(steps) > MaxSessionSteps {
 			steps = steps[len(steps)-MaxSessionSteps:]
 		}
 		data, err := json.Marshal(steps)
-		if err != nil {
-			return err
-		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, data)
-		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
-		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
-			return err
-		}
+		return data, bus.KVWrite, err
+	})
+	if err != nil {
+		return fmt.Errorf("session %q: %w", session, err)
 	}
-	return fmt.Errorf("too many concurrent updates to session %q", session)
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return nil
 }

@@ -149,59 +149,39 @@ func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) er
 }
 
 // update applies fn to the trace's stored state under a revision check, so
-// two workers (or processes) never overwrite each other's steps.
+// two workers (or processes) never overwrite each other's steps. fn gets nil
+// when the trace is unknown and create gives nothing; a closing state is
+// purged instead of stored.
 func (s *Service) update(ctx context.Context, traceID string, fn func(*stream.State) (bool, error), create func() (*stream.State, error)) error {
-	key := kvKey(traceID)
-	for attempt := 0; attempt < 20; attempt++ {
+	return bus.UpdateKV(ctx, s.kv, kvKey(traceID), func(cur []byte) ([]byte, bus.KVChange, error) {
 		var st *stream.State
-		var rev uint64
-		entry, err := s.kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
+		if cur == nil {
+			var err error
 			if st, err = create(); err != nil {
-				return err
+				return nil, bus.KVKeep, err
 			}
-		case err != nil:
-			return err
-		default:
-			rev = entry.Revision()
+		} else {
 			st = &stream.State{}
-			if err := json.Unmarshal(entry.Value(), st); err != nil {
-				return bus.Permanent(fmt.Errorf("stored state of %s: %w", traceID, err))
+			if err := json.Unmarshal(cur, st); err != nil {
+				return nil, bus.KVKeep, bus.Permanent(fmt.Errorf("stored state of %s: %w", traceID, err))
 			}
 		}
 		if st != nil && st.Closing {
-			return bus.Permanentf("trace %s has ended: start a new trace id", traceID)
+			return nil, bus.KVKeep, bus.Permanentf("trace %s has ended: start a new trace id", traceID)
 		}
 		changed, err := fn(st)
-		if err != nil || !changed {
-			return err
-		}
-		if st.Closing {
-			return s.kv.Purge(ctx, key)
+		switch {
+		case err != nil || !changed:
+			return nil, bus.KVKeep, err
+		case st.Closing:
+			return nil, bus.KVPurge, nil
 		}
 		data, err := json.Marshal(st)
 		if err != nil {
-			return bus.Permanent(err)
+			return nil, bus.KVKeep, bus.Permanent(err)
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, data)
-		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
-		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !wrongRevision(err) {
-			return err
-		}
-	}
-	return fmt.Errorf("trace %s: too many concurrent updates", traceID)
-}
-
-func wrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+		return data, bus.KVWrite, nil
+	})
 }
 
 // requestEnd marks a trace as complete and closes it after a short grace:
@@ -271,6 +251,9 @@ func withReason(meta map[string]any, why string) map[string]any {
 	return out
 }
 
+// publish sends findings before the state that records them is written, so
+// none is lost if the write fails; a retry after a lost revision race may
+// send one again, and its uid as Nats-Msg-Id lets JetStream drop the copy.
 func (s *Service) publish(ctx context.Context, st *stream.State, vs []policy.Violation) error {
 	if len(vs) == 0 {
 		return nil
