@@ -112,21 +112,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 		Header: out, MsgID: bus.MsgID(bus.StageEval, out.Get(bus.HeaderKey), engine.Hash())})
 }
 
-// publishFindings sends one OCSF finding per violation, its uid as the
-// message id, so a redelivered trace adds no duplicate.
+// publishFindings sends one OCSF finding per violation (see ocsf.Publish).
 func (s *Service) publishFindings(ctx context.Context, t *trace.Trace, res events.Evaluated, key, run string) error {
 	c := ocsf.Context{Trace: t, PolicyID: res.PolicyID, PolicyHash: res.PolicyHash, Run: run, Product: s.cfg.Version, Now: s.cfg.Now()}
-	for _, v := range res.Violations {
-		uid := ocsf.UID(key, v.StepID, v.RuleID, res.PolicyHash)
-		body, err := events.Marshal(ocsf.FromViolation(v, uid, c))
-		if err != nil {
-			return bus.Permanent(err)
-		}
-		if err := bus.Publish(ctx, s.deps.JS, bus.Out{Subject: ocsf.Subject(v.Severity, v.RuleID), Data: body, MsgID: uid}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ocsf.Publish(ctx, s.deps.JS, key, res.Violations, c)
 }
 
 func (s *Service) engine(ctx context.Context, hash string) (*policy.Engine, error) {

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/bus"
-	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
@@ -264,17 +263,7 @@ func (s *Service) publish(ctx context.Context, st *stream.State, vs []policy.Vio
 	}
 	c := ocsf.Context{Trace: st.Trace(), PolicyID: e.Policy().PolicyID, PolicyHash: st.PolicyHash, Run: bus.LiveRun,
 		Product: s.cfg.Version, Now: s.cfg.Now()}
-	for _, v := range vs {
-		uid := ocsf.UID(Key(st.TraceID), v.StepID, v.RuleID, st.PolicyHash)
-		body, err := events.Marshal(ocsf.FromViolation(v, uid, c))
-		if err != nil {
-			return bus.Permanent(err)
-		}
-		if err := bus.Publish(ctx, s.deps.JS, bus.Out{Subject: ocsf.Subject(v.Severity, v.RuleID), Data: body, MsgID: uid}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ocsf.Publish(ctx, s.deps.JS, Key(st.TraceID), vs, c)
 }
 
 // sweep ends traces idle for longer than the idle timeout, and ended ones

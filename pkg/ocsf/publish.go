@@ -1,0 +1,29 @@
+package ocsf
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/policy"
+)
+
+// Publish sends one finding per violation of the trace keyed traceKey onto
+// its violations subject. Each carries its uid as Nats-Msg-Id, so a finding
+// sent again (a redelivered trace, a retried update) is dropped by
+// JetStream instead of reaching a SIEM twice.
+func Publish(ctx context.Context, js jetstream.JetStream, traceKey string, vs []policy.Violation, c Context) error {
+	for _, v := range vs {
+		uid := UID(traceKey, v.StepID, v.RuleID, c.PolicyHash)
+		body, err := events.Marshal(FromViolation(v, uid, c))
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		if err := bus.Publish(ctx, js, bus.Out{Subject: Subject(v.Severity, v.RuleID), Data: body, MsgID: uid}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
