@@ -39,6 +39,15 @@ func (o RemoteOptions) unreachable(req Request, err error) Decision {
 	return d
 }
 
+// encode checks a request before it leaves, so a bad one is the caller's
+// error and never mistaken for an unreachable guard.
+func encode(req Request) ([]byte, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(req)
+}
+
 // answer decodes a guard's reply; an error reply is a bad request, never a
 // transport failure, so it is returned as an error and not failed open.
 func answer(body []byte) (Decision, error) {
@@ -67,10 +76,7 @@ type NATS struct {
 // Check implements Guard. When no guard answers in time the decision is
 // block (or allow with FailOpen) and Reason says why; err is nil.
 func (n *NATS) Check(ctx context.Context, req Request) (Decision, error) {
-	if err := req.Validate(); err != nil {
-		return Decision{}, err
-	}
-	body, err := json.Marshal(req)
+	body, err := encode(req)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -92,10 +98,7 @@ type HTTP struct {
 
 // Check implements Guard, failing closed like NATS.
 func (h *HTTP) Check(ctx context.Context, req Request) (Decision, error) {
-	if err := req.Validate(); err != nil {
-		return Decision{}, err
-	}
-	body, err := json.Marshal(req)
+	body, err := encode(req)
 	if err != nil {
 		return Decision{}, err
 	}

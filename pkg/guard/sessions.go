@@ -38,34 +38,34 @@ func sessionKey(id string) string { return base64.RawURLEncoding.EncodeToString(
 
 // History implements Sessions.
 func (s *KVSessions) History(ctx context.Context, session string) ([]*trace.Step, error) {
-	steps, _, err := s.load(ctx, session)
-	return steps, err
-}
-
-func (s *KVSessions) load(ctx context.Context, session string) ([]*trace.Step, uint64, error) {
 	e, err := s.kv.Get(ctx, sessionKey(session))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return []*trace.Step{}, 0, nil
+		return []*trace.Step{}, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	var steps []*trace.Step
-	if err := json.Unmarshal(e.Value(), &steps); err != nil {
-		return nil, 0, fmt.Errorf("stored history is not valid: %w", err)
+	return decodeHistory(e.Value())
+}
+
+func decodeHistory(data []byte) ([]*trace.Step, error) {
+	steps := []*trace.Step{}
+	if data == nil {
+		return steps, nil
 	}
-	return steps, e.Revision(), nil
+	if err := json.Unmarshal(data, &steps); err != nil {
+		return nil, fmt.Errorf("stored history is not valid: %w", err)
+	}
+	return steps, nil
 }
 
 // Append implements Sessions. Concurrent appends to one session retry on
 // the revision check, so none is lost.
 func (s *KVSessions) Append(ctx context.Context, session string, step *trace.Step) error {
 	err := bus.UpdateKV(ctx, s.kv, sessionKey(session), func(cur []byte) ([]byte, bus.KVChange, error) {
-		steps := []*trace.Step{}
-		if cur != nil {
-			if err := json.Unmarshal(cur, &steps); err != nil {
-				return nil, bus.KVKeep, fmt.Errorf("stored history is not valid: %w", err)
-			}
+		steps, err := decodeHistory(cur)
+		if err != nil {
+			return nil, bus.KVKeep, err
 		}
 		steps = append(steps, step)
 		if len(steps) > MaxSessionSteps {

@@ -137,7 +137,7 @@ func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) er
 		if err != nil {
 			return false, bus.Permanent(err)
 		}
-		return true, s.publish(ctx, st, st.Decide(e, from))
+		return true, s.publish(ctx, st, e, st.Decide(e, from))
 	}, func() (*stream.State, error) {
 		e, err := s.policies.Engine(ctx, h.Get(bus.HeaderPolicy))
 		if err != nil {
@@ -223,7 +223,7 @@ func (s *Service) finish(ctx context.Context, st *stream.State, why string) erro
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	if err := s.publish(ctx, st, st.Finish(e)); err != nil {
+	if err := s.publish(ctx, st, e, st.Finish(e)); err != nil {
 		return err
 	}
 	doc := map[string]any{"trace_id": st.TraceID, "agent_name": st.Agent, "steps": st.Steps,
@@ -253,13 +253,9 @@ func withReason(meta map[string]any, why string) map[string]any {
 // publish sends findings before the state that records them is written, so
 // none is lost if the write fails; a retry after a lost revision race may
 // send one again, and its uid as Nats-Msg-Id lets JetStream drop the copy.
-func (s *Service) publish(ctx context.Context, st *stream.State, vs []policy.Violation) error {
+func (s *Service) publish(ctx context.Context, st *stream.State, e *policy.Engine, vs []policy.Violation) error {
 	if len(vs) == 0 {
 		return nil
-	}
-	e, err := s.policies.ByHash(ctx, st.PolicyHash)
-	if err != nil {
-		return bus.Permanent(err)
 	}
 	c := ocsf.Context{Trace: st.Trace(), PolicyID: e.Policy().PolicyID, PolicyHash: st.PolicyHash, Run: bus.LiveRun,
 		Product: s.cfg.Version, Now: s.cfg.Now()}
