@@ -59,14 +59,22 @@ func troy(t *testing.T, dir string, args ...string) result {
 	return troyEnv(t, dir, []string{"OPENAI_API_KEY=", "OPENAI_BASE_URL="}, args...)
 }
 
+// troyCmd is troy run in dir on its own embedded NATS (data in dir), not
+// started.
+func troyCmd(ctx context.Context, dir string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, troyBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL=")
+	return cmd
+}
+
 // troyEnv is troy with extra environment (later entries win).
 func troyEnv(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, troyBin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL="), env...)
+	cmd := troyCmd(ctx, dir, args...)
+	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -184,9 +192,7 @@ func TestCrashMidBatchThenRerun(t *testing.T) {
 	const n = 1000
 	require.NoError(t, tracegen.WriteDir(filepath.Join(dir, "in"), 7, n, 20))
 
-	cmd := exec.Command(troyBin, "audit-batch", "in", policy, "--out-dir", "out", "--concurrency", "64")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL=")
+	cmd := troyCmd(context.Background(), dir, "audit-batch", "in", policy, "--out-dir", "out", "--concurrency", "64")
 	require.NoError(t, cmd.Start())
 	// Kill once a fair share of reports are written, but long before the end.
 	require.Eventually(t, func() bool { return countReports(t, filepath.Join(dir, "out")) >= 100 }, time.Minute, 5*time.Millisecond)
@@ -226,9 +232,7 @@ func TestInterruptThenResume(t *testing.T) {
 	dir := t.TempDir()
 	const n = 600
 	require.NoError(t, tracegen.WriteDir(filepath.Join(dir, "in"), 11, n, 10))
-	cmd := exec.Command(troyBin, "audit-batch", "in", policy, "--out-dir", "out", "--concurrency", "32")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, ".troy-data"), "NATS_URL=")
+	cmd := troyCmd(context.Background(), dir, "audit-batch", "in", policy, "--out-dir", "out", "--concurrency", "32")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
