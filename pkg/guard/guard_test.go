@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"encoding/base64"
 	"net"
 	"net/http/httptest"
 	"testing"
@@ -157,6 +158,30 @@ func TestTransportsAndSessions(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hist, 1, "only the allowed action is recorded")
 	assert.Equal(t, "crm_lookup", hist[0].Name)
+}
+
+// A session whose stored history is damaged is refused with a way out, not
+// checked against an empty history; appending to it leaves it as it is.
+func TestDamagedSessionHistory(t *testing.T) {
+	srv, store := startGuard(t)
+	ctx := context.Background()
+	sessions, err := guard.OpenSessions(ctx, srv.JS)
+	require.NoError(t, err)
+	store.SetDefault("guard-test")
+	kv, err := srv.JS.KeyValue(ctx, guard.SessionBucket)
+	require.NoError(t, err)
+	key := base64.RawURLEncoding.EncodeToString([]byte("s-1"))
+	_, err = kv.Put(ctx, key, []byte("{not json"))
+	require.NoError(t, err)
+
+	local := &guard.Local{Policies: store, Sessions: sessions}
+	_, err = local.Check(ctx, guard.Request{SessionID: "s-1", Action: listDocs})
+	assert.ErrorContains(t, err, "session s-1: stored history is not valid (delete its key from bucket troy_sessions")
+	err = sessions.Append(ctx, "s-1", &trace.Step{StepID: "x", Type: trace.TypeToolCall, Name: "ls"})
+	assert.ErrorContains(t, err, "stored history is not valid")
+	e, err := kv.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, "{not json", string(e.Value()))
 }
 
 func TestRemoteFailsClosed(t *testing.T) {

@@ -54,7 +54,7 @@ func decodeHistory(data []byte) ([]*trace.Step, error) {
 		return steps, nil
 	}
 	if err := json.Unmarshal(data, &steps); err != nil {
-		return nil, fmt.Errorf("stored history is not valid: %w", err)
+		return nil, fmt.Errorf("stored history is not valid (delete its key from bucket %s to start the session afresh): %w", SessionBucket, err)
 	}
 	return steps, nil
 }
