@@ -117,9 +117,6 @@ func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) er
 	}
 	h := m.Headers()
 	return s.update(ctx, traceID, func(st *stream.State) (bool, error) {
-		if st == nil {
-			return false, nil // created below
-		}
 		var seq uint64
 		if md, err := m.Metadata(); err == nil {
 			seq = md.Sequence.Stream
@@ -148,24 +145,27 @@ func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) er
 }
 
 // update applies fn to the trace's stored state under a revision check, so
-// two workers (or processes) never overwrite each other's steps. fn gets nil
-// when the trace is unknown and create gives nothing; a closing state is
-// purged instead of stored.
+// two workers (or processes) never overwrite each other's steps. An unknown
+// trace is made by create, or left alone when create is nil; a closing
+// state is purged instead of stored.
 func (s *Service) update(ctx context.Context, traceID string, fn func(*stream.State) (bool, error), create func() (*stream.State, error)) error {
 	return bus.UpdateKV(ctx, s.kv, kvKey(traceID), func(cur []byte) ([]byte, bus.KVChange, error) {
 		var st *stream.State
-		if cur == nil {
+		switch {
+		case cur == nil && create == nil:
+			return nil, bus.KVKeep, nil
+		case cur == nil:
 			var err error
 			if st, err = create(); err != nil {
 				return nil, bus.KVKeep, err
 			}
-		} else {
+		default:
 			st = &stream.State{}
 			if err := json.Unmarshal(cur, st); err != nil {
 				return nil, bus.KVKeep, bus.Permanent(fmt.Errorf("stored state of %s: %w", traceID, err))
 			}
 		}
-		if st != nil && st.Closing {
+		if st.Closing {
 			return nil, bus.KVKeep, bus.Permanentf("trace %s has ended: start a new trace id", traceID)
 		}
 		changed, err := fn(st)
@@ -188,12 +188,12 @@ func (s *Service) update(ctx context.Context, traceID string, fn func(*stream.St
 // another process, a moment later.
 func (s *Service) requestEnd(ctx context.Context, traceID string) error {
 	err := s.update(ctx, traceID, func(st *stream.State) (bool, error) {
-		if st == nil || !st.EndAt.IsZero() {
+		if !st.EndAt.IsZero() {
 			return false, nil
 		}
 		st.EndAt, st.EndWhy = s.cfg.Now(), "ended by its sender"
 		return true, nil
-	}, func() (*stream.State, error) { return nil, nil })
+	}, nil)
 	if err != nil {
 		return err
 	}
@@ -210,12 +210,12 @@ func (s *Service) requestEnd(ctx context.Context, traceID string) error {
 // out, and the whole trace goes down the pipeline for its report.
 func (s *Service) end(ctx context.Context, traceID, why string) error {
 	return s.update(ctx, traceID, func(st *stream.State) (bool, error) {
-		if st == nil || len(st.Steps) == 0 {
+		if len(st.Steps) == 0 {
 			return false, nil // nothing was streamed: nothing to end
 		}
 		st.Closing = true
 		return true, s.finish(ctx, st, why)
-	}, func() (*stream.State, error) { return nil, nil })
+	}, nil)
 }
 
 func (s *Service) finish(ctx context.Context, st *stream.State, why string) error {
