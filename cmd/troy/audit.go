@@ -35,6 +35,8 @@ type auditFlags struct {
 	withServices  bool
 	jsonOut       bool
 	format        string
+	reportMode    string
+	modes         report.Modes
 	llm           llmFlags
 }
 
@@ -47,6 +49,7 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxSteps, "max-steps", lim.MaxSteps, "reject traces with more steps than this")
 	fl.BoolVar(&f.withServices, "with-services", false, "with --nats-url, also run the pipeline services in this process (default: they run under troy serve)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
+	fl.StringVar(&f.reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of the report files written (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, messages (OpenAI chat logs: a list, {messages}, tau-bench {traj}), or otlp (OTLP/JSON)")
 	f.llm.register(cmd)
 }
@@ -58,6 +61,11 @@ func (f *auditFlags) validate() error {
 	if !slices.Contains(trace.Formats, f.format) {
 		return fmt.Errorf("--format %q: want one of %s", f.format, strings.Join(trace.Formats, ", "))
 	}
+	modes, err := report.ParseModes(f.reportMode)
+	if err != nil {
+		return fmt.Errorf("--report-mode: %w", err)
+	}
+	f.modes = modes
 	if f.maxTraceBytes < 1 || f.maxSteps < 1 {
 		return errors.New("--max-trace-bytes and --max-steps must be positive")
 	}
@@ -111,7 +119,7 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 					return nil
 				}
 				audit = o.Audit
-				return writeOutcome(o, mdPath, jsonPath)
+				return writeOutcome(o, mdPath, jsonPath, f.modes)
 			}
 			engine, err := loadPolicy(args[1])
 			if err != nil {
@@ -213,14 +221,14 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				run = auditor.NewRun()
 			}
 			st, _ := json.Marshal(runState{Run: run, PolicyHash: engine.Hash()})
-			if err := report.WriteFileAtomic(filepath.Join(outDir, runStateFile), st); err != nil {
+			if err := report.WriteFileAtomic(filepath.Join(outDir, runStateFile), st, f.modes); err != nil {
 				return codeError{exitError, err}
 			}
 			flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
 			if !resumed {
 				flags |= os.O_TRUNC
 			}
-			journal, err := os.OpenFile(filepath.Join(outDir, runJournalFile), flags, 0o644)
+			journal, err := os.OpenFile(filepath.Join(outDir, runJournalFile), flags, f.modes.File)
 			if err != nil {
 				return codeError{exitError, fmt.Errorf("resume journal: %w", err)}
 			}
@@ -230,8 +238,11 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			}
 			sink := func(o auditor.Outcome) error {
 				if o.Entry.Status == report.StatusAudited {
-					dir := filepath.Join(outDir, o.Entry.TraceID)
-					if err := writeOutcome(o, filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile)); err != nil {
+					dir, err := report.Path(outDir, o.Entry.TraceID)
+					if err != nil {
+						return err
+					}
+					if err := writeOutcome(o, filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), f.modes); err != nil {
 						return err
 					}
 				}
@@ -248,15 +259,15 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			}
 			for i, e := range res.entries {
 				if e.Status == report.StatusAudited {
-					res.entries[i].Report = filepath.ToSlash(filepath.Join(e.TraceID, report.MarkdownFile))
+					res.entries[i].Report = report.FileName(e.TraceID) + "/" + report.MarkdownFile
 				}
 			}
 			b := report.NewBatch(engine.Policy().PolicyID, engine.Hash(), res.entries, started, time.Now())
 			bj, _ := json.MarshalIndent(b, "", "  ")
-			if err := report.WriteFileAtomic(filepath.Join(outDir, "batch.json"), append(bj, '\n')); err != nil {
+			if err := report.WriteFileAtomic(filepath.Join(outDir, "batch.json"), append(bj, '\n'), f.modes); err != nil {
 				return codeError{exitError, err}
 			}
-			if err := report.WriteFileAtomic(filepath.Join(outDir, "summary.md"), report.SummaryMarkdown(b)); err != nil {
+			if err := report.WriteFileAtomic(filepath.Join(outDir, "summary.md"), report.SummaryMarkdown(b), f.modes); err != nil {
 				return codeError{exitError, err}
 			}
 			_ = os.Remove(filepath.Join(outDir, runStateFile))
@@ -294,23 +305,18 @@ func firstOr(s []string, def string) string {
 // temporary file and rename: file creation dominates a batch on slow disks,
 // and a file torn by a crash is rewritten when the run resumes, because the
 // journal records an input only after its files are written.
-func writeOutcome(o auditor.Outcome, mdPath, jsonPath string) error {
-	if err := report.WriteResponses(filepath.Dir(jsonPath), o.Responses); err != nil {
+func writeOutcome(o auditor.Outcome, mdPath, jsonPath string, m report.Modes) error {
+	if err := report.WriteResponses(filepath.Dir(jsonPath), o.Responses, m); err != nil {
 		return err
 	}
 	pretty, err := indent(o.Audit)
 	if err != nil {
 		pretty = o.Audit
 	}
-	for _, p := range []string{filepath.Dir(jsonPath), filepath.Dir(mdPath)} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return fmt.Errorf("write report: %w", err)
-		}
-	}
-	if err := os.WriteFile(jsonPath, pretty, 0o644); err != nil {
+	if err := report.WriteFile(jsonPath, pretty, m); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
-	if err := os.WriteFile(mdPath, o.Markdown, 0o644); err != nil {
+	if err := report.WriteFile(mdPath, o.Markdown, m); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil

@@ -19,13 +19,14 @@ import (
 
 	"github.com/troy-audit/troy/pkg/httpapi"
 	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/splunk"
 	"github.com/troy-audit/troy/services/syslog"
 )
 
 func newServeCmd(g *globalFlags) *cobra.Command {
-	var target, natsAddr, httpAddr, policyPath, reportsDir string
+	var target, natsAddr, httpAddr, policyPath, reportsDir, reportMode string
 	var workers, replicas int
 	var streamIdle time.Duration
 	var lf llmFlags
@@ -54,6 +55,10 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if err != nil {
 				return codeError{exitError, err}
 			}
+			modes, err := report.ParseModes(reportMode)
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("--report-mode: %w", err)}
+			}
 			var def *policy.Engine
 			if policyPath != "" {
 				if def, err = loadPolicy(policyPath); err != nil {
@@ -70,7 +75,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
-				workers: workers, policy: def, reportsDir: reportsDir, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle}
+				workers: workers, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle}
 			if slices.Contains(targets, "explainer") {
 				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
 					lis.Close()
@@ -129,6 +134,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
 	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")
 	fl.StringVar(&reportsDir, "reports-dir", os.Getenv("TROY_REPORTS_DIR"), "also write every report to DIR/<run>/<trace_id>/ (env TROY_REPORTS_DIR)")
+	fl.StringVar(&reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of report files in --reports-dir (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")

@@ -20,6 +20,7 @@ import (
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
@@ -64,19 +65,20 @@ func parseTargets(s string) ([]string, error) {
 
 // stackConfig is what a process needs to reach NATS and run services.
 type stackConfig struct {
-	client     bus.ClientConfig // URL empty: embedded server
-	dataDir    string
-	listen     string // embedded server's client address ("" in-process only)
-	targets    []string
-	workers    int
-	limits     trace.Limits
-	policy     *policy.Engine // pushed at start; the default for live traces
-	reportsDir string
-	replicas   int       // stream and bucket replicas on a cluster
-	llm        *llmSetup // nil: the offline explainer
-	splunk     splunk.Config
-	syslog     syslog.Config
-	streamIdle time.Duration
+	client      bus.ClientConfig // URL empty: embedded server
+	dataDir     string
+	listen      string // embedded server's client address ("" in-process only)
+	targets     []string
+	workers     int
+	limits      trace.Limits
+	policy      *policy.Engine // pushed at start; the default for live traces
+	reportsDir  string
+	reportModes report.Modes
+	replicas    int       // stream and bucket replicas on a cluster
+	llm         *llmSetup // nil: the offline explainer
+	splunk      splunk.Config
+	syslog      syslog.Config
+	streamIdle  time.Duration
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the
@@ -216,6 +218,9 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 			c := reporter.DefaultConfig()
 			c.Workers = workers(c.Workers)
 			c.Dir = cfg.reportsDir
+			if cfg.reportModes.File != 0 {
+				c.Modes = cfg.reportModes
+			}
 			var s *reporter.Service
 			s, err = reporter.New(ctx, deps, c)
 			r = runOf(s, err)

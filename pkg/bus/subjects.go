@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"regexp"
 	"strings"
+
+	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // Stages name the subjects troy.<stage>.<run>.
@@ -72,10 +74,10 @@ const (
 	EndPrefix  = "troy.ingest.end."
 )
 
-// ValidTraceToken reports whether a trace id can end a subject: no spaces
-// or wildcards, no empty tokens.
+// ValidTraceToken reports whether a trace id is valid (trace.ValidateID) and
+// can end a subject: no spaces or wildcards, no empty tokens.
 func ValidTraceToken(id string) bool {
-	if id == "" || strings.ContainsAny(id, " \t\r\n*>") || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") || strings.Contains(id, "..") {
+	if trace.ValidateID(id) != nil || strings.ContainsAny(id, " \t\r\n*>") || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") || strings.Contains(id, "..") {
 		return false
 	}
 	return true

@@ -36,6 +36,9 @@ func (e *Evaluated) Validate() error {
 	if e.TraceID == "" || e.PolicyHash == "" {
 		return errors.New("evaluation result without trace_id or policy_hash")
 	}
+	if err := trace.ValidateID(e.TraceID); err != nil {
+		return fmt.Errorf("trace_id %w", err)
+	}
 	return nil
 }
 
@@ -93,6 +96,9 @@ func (r *Rejected) Validate() error {
 func checkTrace(t *trace.Trace) error {
 	if t == nil || t.TraceID == "" || len(t.Steps) == 0 {
 		return errors.New("message carries no trace (trace_id and steps are required)")
+	}
+	if err := trace.ValidateID(t.TraceID); err != nil {
+		return fmt.Errorf("trace_id %w", err)
 	}
 	for i, s := range t.Steps {
 		if s == nil {

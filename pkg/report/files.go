@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,40 +23,42 @@ func MarshalAudit(a *Audit) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// WriteAudit writes report.md and audit.json to the given paths, each
-// atomically, so a crash never leaves half a report behind.
-func WriteAudit(mdPath, jsonPath string, a *Audit, markdown []byte) error {
+// WriteAudit writes report.md and audit.json into dir, each atomically, so a
+// crash never leaves half a report behind.
+func WriteAudit(dir string, a *Audit, markdown []byte, m Modes) error {
 	js, err := MarshalAudit(a)
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(jsonPath, js); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, JSONFile), js, m); err != nil {
 		return err
 	}
-	return WriteFileAtomic(mdPath, markdown)
+	return WriteFileAtomic(filepath.Join(dir, MarkdownFile), markdown, m)
 }
 
 // ResponsesDir is where a trace's raw LLM answers go, beside its report.
 const ResponsesDir = "llm_responses"
 
 // WriteResponses writes raw LLM answers (file name -> text) into
-// dir/llm_responses/. Names come from step ids: anything that could leave
-// the folder is refused.
-func WriteResponses(dir string, responses map[string]string) error {
+// dir/llm_responses/. Names come from step ids, so each goes through
+// FileName and cannot leave the folder.
+func WriteResponses(dir string, responses map[string]string, m Modes) error {
 	for name, text := range responses {
-		if name != filepath.Base(name) || name == "." || name == ".." {
-			return fmt.Errorf("write LLM response: unsafe file name %q", name)
+		p, err := Path(filepath.Join(dir, ResponsesDir), name)
+		if err != nil {
+			return fmt.Errorf("write LLM response: %w", err)
 		}
-		if err := WriteFileAtomic(filepath.Join(dir, ResponsesDir, name), []byte(text)); err != nil {
+		if err := WriteFileAtomic(p, []byte(text), m); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// WriteFileAtomic writes data to a temporary file beside path, then renames it.
-func WriteFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+// WriteFileAtomic writes data to a temporary file beside path, then renames
+// it, creating missing folders with m.Dir and the file with m.File.
+func WriteFileAtomic(path string, data []byte, m Modes) error {
+	if err := os.MkdirAll(filepath.Dir(path), m.Dir); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
@@ -64,12 +67,12 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	_, werr := tmp.Write(data)
 	if werr == nil {
-		werr = tmp.Chmod(0o644) // CreateTemp makes 0600; reports are for reading
+		werr = tmp.Chmod(m.File)
 	}
 	cerr := tmp.Close()
 	if werr != nil || cerr != nil {
 		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, errorsJoin(werr, cerr))
+		return fmt.Errorf("write %s: %w", path, errors.Join(werr, cerr))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		os.Remove(tmp.Name())
@@ -78,9 +81,14 @@ func WriteFileAtomic(path string, data []byte) error {
 	return nil
 }
 
-func errorsJoin(a, b error) error {
-	if a != nil {
-		return a
+// WriteFile writes data to path in place (no temporary file), creating
+// missing folders with m.Dir and the file with m.File.
+func WriteFile(path string, data []byte, m Modes) error {
+	if err := os.MkdirAll(filepath.Dir(path), m.Dir); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return b
+	if err := os.WriteFile(path, data, m.File); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

@@ -27,6 +27,7 @@ var Formats = []string{FormatAuto, FormatTroy, FormatMessages, FormatOTLP}
 // trace whose format carries no id (chat logs): the caller passes something
 // stable, such as the file and line it came from.
 func ParseAny(data []byte, lim Limits, format, fallbackID string) (*Trace, error) {
+	data = TrimBOM(data)
 	if lim.MaxBytes > 0 && len(data) > lim.MaxBytes {
 		return Parse(data, lim) // reports the size problem
 	}
@@ -66,6 +67,9 @@ func ParseAny(data []byte, lim Limits, format, fallbackID string) (*Trace, error
 	}
 	var v validator
 	v.lim = lim
+	if err := ValidateID(id); err != nil {
+		v.add("id", "%v", err)
+	}
 	t := v.messages(id, agent, msgs)
 	if lim.MaxSteps > 0 && len(t.Steps) > lim.MaxSteps {
 		v.add("messages", "makes %d steps, over the %d-step limit: split the run or raise the limit (--max-steps)", len(t.Steps), lim.MaxSteps)

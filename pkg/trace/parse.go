@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +56,7 @@ func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 // Parse validates a raw trace document and returns it in canonical form, or an
 // *InvalidError listing every problem found.
 func Parse(data []byte, lim Limits) (*Trace, error) {
+	data = TrimBOM(data)
 	if lim.MaxBytes > 0 && len(data) > lim.MaxBytes {
 		return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf(
 			"trace is %d bytes, over the %d-byte limit: split it or raise the limit (--max-trace-bytes)", len(data), lim.MaxBytes)}}}
@@ -91,13 +91,13 @@ func Parse(data []byte, lim Limits) (*Trace, error) {
 }
 
 func jsonErrorMessage(data []byte, err error) string {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "bad JSON: the document is empty"
+	}
 	var syn *json.SyntaxError
 	if errors.As(err, &syn) {
 		line, col := lineCol(data, int(syn.Offset)-1) // Offset is just past the bad byte
 		return fmt.Sprintf("bad JSON at line %d, column %d: %s", line, col, syn.Error())
-	}
-	if errors.Is(err, io.EOF) || len(bytes.TrimSpace(data)) == 0 {
-		return "bad JSON: the document is empty"
 	}
 	if strings.Contains(err.Error(), "unexpected EOF") {
 		line, col := lineCol(data, len(data))
@@ -106,11 +106,15 @@ func jsonErrorMessage(data []byte, err error) string {
 	return "bad JSON: " + err.Error()
 }
 
+var bom = []byte("\xef\xbb\xbf")
+
+// TrimBOM drops a UTF-8 byte order mark, which editors on Windows write and
+// JSON forbids.
+func TrimBOM(data []byte) []byte { return bytes.TrimPrefix(data, bom) }
+
 // lineCol turns a byte offset into 1-based line and column numbers.
 func lineCol(data []byte, off int) (int, int) {
-	if off > len(data) {
-		off = len(data)
-	}
+	off = min(max(off, 0), len(data))
 	line, col := 1, 1
 	for _, b := range data[:off] {
 		if b == '\n' {
@@ -140,8 +144,10 @@ func (v *validator) trace(doc any) *Trace {
 	}
 	t := &Trace{}
 	t.TraceID = v.requiredString(obj, "", "trace_id")
-	if t.TraceID != "" && strings.ContainsAny(t.TraceID, "/\\\x00") || t.TraceID == "." || t.TraceID == ".." {
-		v.add("trace_id", "%q cannot name a report folder: use letters, digits, '-', '_' or '.'", t.TraceID)
+	if t.TraceID != "" {
+		if err := ValidateID(t.TraceID); err != nil {
+			v.add("trace_id", "%v", err)
+		}
 	}
 	t.AgentName = v.requiredString(obj, "", "agent_name")
 	t.Metadata = v.optionalObject(obj, "", "metadata")
@@ -223,45 +229,55 @@ func (v *validator) step(path string, raw any) *Step {
 	return s
 }
 
-// parents checks that every parent exists and that parent links form no cycle.
+// parents checks that every parent exists and that parent links form no
+// cycle, in time linear in the number of steps. A duplicated id names its
+// first step (the duplicate itself is reported on its own).
 func (v *validator) parents(t *Trace, index map[string]int) {
+	parent := make([]int, len(t.Steps))
 	for i, s := range t.Steps {
+		parent[i] = -1
 		if s.ParentStepID == "" {
 			continue
 		}
-		if _, ok := index[s.ParentStepID]; !ok {
+		if j, ok := index[s.ParentStepID]; ok {
+			parent[i] = j
+		} else {
 			v.add(fmt.Sprintf("steps[%d].parent_step_id", i), "%q names no step in this trace", s.ParentStepID)
 		}
 	}
-	byID := make(map[string]*Step, len(t.Steps))
-	for _, s := range t.Steps {
-		byID[s.StepID] = s
-	}
-	reported := map[string]bool{}
-	for i, s := range t.Steps {
-		seen := map[string]bool{}
-		for cur := s; cur != nil && cur.ParentStepID != ""; cur = byID[cur.ParentStepID] {
-			if seen[cur.StepID] {
-				if !reported[cur.StepID] {
-					cycle := cycleFrom(byID, cur.StepID)
-					for _, id := range cycle {
-						reported[id] = true
-					}
-					v.add(fmt.Sprintf("steps[%d].parent_step_id", i), "parent links form a cycle (%s): a step cannot be its own ancestor", strings.Join(cycle, " → "))
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := make([]uint8, len(t.Steps))
+	var path []int
+	for i := range t.Steps {
+		path = path[:0]
+		j := i
+		for j >= 0 && state[j] == unseen {
+			state[j] = onPath
+			path = append(path, j)
+			j = parent[j]
+		}
+		if j >= 0 && state[j] == onPath { // the walk came back to itself
+			var ids []string
+			for k := j; ; k = parent[k] {
+				ids = append(ids, t.Steps[k].StepID)
+				if parent[k] == j {
+					break
 				}
-				break
 			}
-			seen[cur.StepID] = true
+			ids = append(ids, t.Steps[j].StepID)
+			if len(ids) > 12 {
+				ids = append(append(ids[:5:5], fmt.Sprintf("… %d more …", len(ids)-10)), ids[len(ids)-5:]...)
+			}
+			v.add(fmt.Sprintf("steps[%d].parent_step_id", j), "parent links form a cycle (%s): a step cannot be its own ancestor", strings.Join(ids, " → "))
+		}
+		for _, k := range path {
+			state[k] = done
 		}
 	}
-}
-
-func cycleFrom(byID map[string]*Step, start string) []string {
-	out := []string{start}
-	for cur := byID[byID[start].ParentStepID]; cur != nil && cur.StepID != start; cur = byID[cur.ParentStepID] {
-		out = append(out, cur.StepID)
-	}
-	return append(out, start)
 }
 
 func (v *validator) requiredString(obj map[string]any, base, key string) string {
@@ -392,6 +408,7 @@ func truncate(s string, n int) string {
 // object or a list of them. Parents may name steps sent earlier, so they are
 // checked when the whole trace is audited.
 func ParseSteps(data []byte, lim Limits) ([]*Step, error) {
+	data = TrimBOM(data)
 	if lim.MaxBytes > 0 && len(data) > lim.MaxBytes {
 		return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf(
 			"%d bytes of steps, over the %d-byte limit", len(data), lim.MaxBytes)}}}

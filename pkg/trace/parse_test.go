@@ -1,8 +1,10 @@
 package trace
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,7 +69,7 @@ func TestParseRejectsWithPaths(t *testing.T) {
 			[]string{"trace_id: must be a string, not a number", "metadata: must be a JSON object, not a list", "steps: must be a list of steps, not an object"}},
 		{"no steps", `{"trace_id":"t","agent_name":"a","steps":[]}`, lim, []string{"steps: is empty: a trace needs at least one step"}},
 		{"unsafe id", `{"trace_id":"../etc","agent_name":"a","steps":[{"step_id":"x","type":"llm_call"}]}`, lim,
-			[]string{`trace_id: "../etc" cannot name a report folder: use letters, digits, '-', '_' or '.'`}},
+			[]string{`trace_id: "../etc" contains '/' or '\': a trace id is one name, not a path`}},
 		{"too big", `{"trace_id":"t","agent_name":"a","steps":[{"step_id":"x","type":"llm_call"}]}`, Limits{MaxBytes: 10},
 			[]string{"trace is 77 bytes, over the 10-byte limit: split it or raise the limit (--max-trace-bytes)"}},
 		{"too many steps", `{"trace_id":"t","agent_name":"a","steps":[{"step_id":"x","type":"llm_call"},{"step_id":"y","type":"llm_call"}]}`, Limits{MaxSteps: 1},
@@ -115,4 +117,62 @@ func problemsOf(t *testing.T, doc string) []string {
 		out = append(out, p.String())
 	}
 	return out
+}
+
+// Inputs that crashed or misled before: an empty body (a panic in the step
+// parser), a byte order mark, a duplicated step id (which also reported a
+// cycle that was not there).
+func TestParseEdgeInputs(t *testing.T) {
+	for _, body := range []string{"", "  \n", "\xef\xbb\xbf"} {
+		_, err := ParseSteps([]byte(body), DefaultLimits())
+		require.Error(t, err, "%q", body)
+		assert.Contains(t, err.Error(), "the document is empty", "%q", body)
+		_, err = Parse([]byte(body), DefaultLimits())
+		assert.Contains(t, err.Error(), "the document is empty", "%q", body)
+	}
+	doc := `{"trace_id":"t","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`
+	tr, err := Parse([]byte("\xef\xbb\xbf"+doc), DefaultLimits())
+	require.NoError(t, err, "a UTF-8 byte order mark is skipped")
+	assert.Equal(t, "t", tr.TraceID)
+	steps, err := ParseSteps([]byte("\xef\xbb\xbf"+`{"step_id":"1","type":"llm_call"}`), DefaultLimits())
+	require.NoError(t, err)
+	assert.Len(t, steps, 1)
+
+	_, err = Parse([]byte(`{"trace_id":"t","agent_name":"a","steps":[{"step_id":"x","type":"llm_call"},{"step_id":"x","type":"llm_call","parent_step_id":"x"}]}`), DefaultLimits())
+	var inv *InvalidError
+	require.ErrorAs(t, err, &inv)
+	require.Len(t, inv.Problems, 1, "only the duplicate, no spurious cycle: %v", inv.Problems)
+	assert.Contains(t, inv.Problems[0].String(), "is also the id of steps[0]")
+}
+
+// Parent validation is linear: a 10,000-step chain (17 s before) and a long
+// cycle are checked at once.
+func TestParseLongParentChain(t *testing.T) {
+	const n = 10_000
+	var b strings.Builder
+	b.WriteString(`{"trace_id":"chain","agent_name":"a","steps":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		parent := "null"
+		if i > 0 {
+			parent = fmt.Sprintf(`"s%d"`, i-1)
+		}
+		fmt.Fprintf(&b, `{"step_id":"s%d","type":"llm_call","parent_step_id":%s}`, i, parent)
+	}
+	b.WriteString("]}")
+	start := time.Now()
+	tr, err := Parse([]byte(b.String()), DefaultLimits())
+	require.NoError(t, err)
+	assert.Len(t, tr.Steps, n)
+	t.Logf("10,000-step chain parsed in %s", time.Since(start))
+
+	cyc := strings.Replace(b.String(), `"parent_step_id":null`, fmt.Sprintf(`"parent_step_id":"s%d"`, n-1), 1)
+	_, err = Parse([]byte(cyc), DefaultLimits())
+	var inv *InvalidError
+	require.ErrorAs(t, err, &inv)
+	require.Len(t, inv.Problems, 1, "one cycle, reported once")
+	assert.Contains(t, inv.Problems[0].Message, "parent links form a cycle (s0 → s9999 → s9998")
+	assert.Contains(t, inv.Problems[0].Message, "… 9991 more …")
 }

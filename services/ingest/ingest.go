@@ -45,6 +45,7 @@ func (c Config) Validate() error {
 // Parse reads one document in any format troy takes: its own traces, chat
 // logs, and OTLP/JSON exports (format "otlp", or detected).
 func Parse(data []byte, lim trace.Limits, format, fallbackID string) (*trace.Trace, error) {
+	data = trace.TrimBOM(data)
 	if format == trace.FormatOTLP || ((format == "" || format == trace.FormatAuto) && otlp.LooksLikeJSON(data)) {
 		return otlp.Parse(data, lim)
 	}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,11 +34,13 @@ type Config struct {
 	Workers int
 	// Dir, when set, also receives <run>/<trace_id>/report.md and audit.json.
 	Dir string
-	Now func() time.Time
+	// Modes are the permissions of report files and folders in Dir.
+	Modes report.Modes
+	Now   func() time.Time
 }
 
 // DefaultConfig is used where a field is left zero.
-func DefaultConfig() Config { return Config{Workers: 8, Now: time.Now} }
+func DefaultConfig() Config { return Config{Workers: 8, Modes: report.DefaultModes, Now: time.Now} }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -48,6 +49,9 @@ func (c Config) Validate() error {
 	}
 	if c.Now == nil {
 		return errors.New("reporter: no clock")
+	}
+	if c.Dir != "" && (c.Modes.File == 0 || c.Modes.Dir == 0) {
+		return errors.New("reporter: report file modes are unset: start from DefaultConfig")
 	}
 	return nil
 }
@@ -78,6 +82,9 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	stage, run := stageOf(m.Subject()), bus.RunOf(m.Subject())
+	if !bus.ValidRun(run) {
+		return bus.Permanentf("subject %q has no valid run token (want troy.<stage>.<run>)", m.Subject())
+	}
 	var sc *events.Scored
 	var ex *events.Explained
 	var err error
@@ -152,11 +159,14 @@ func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audi
 func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, a *report.Audit, responses map[string]string) error {
 	md := report.Markdown(a)
 	if s.cfg.Dir != "" {
-		dir := filepath.Join(s.cfg.Dir, run, a.Trace.TraceID)
-		if err := report.WriteAudit(filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), a, md); err != nil {
+		dir, err := report.Path(s.cfg.Dir, run, a.Trace.TraceID)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		if err := report.WriteAudit(dir, a, md, s.cfg.Modes); err != nil {
 			return err
 		}
-		if err := report.WriteResponses(dir, responses); err != nil {
+		if err := report.WriteResponses(dir, responses, s.cfg.Modes); err != nil {
 			return err
 		}
 	}

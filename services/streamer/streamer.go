@@ -101,13 +101,20 @@ func kvKey(traceID string) string { return base64.RawURLEncoding.EncodeToString(
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	subj := m.Subject()
-	switch {
-	case strings.HasPrefix(subj, bus.StepPrefix):
-		return s.steps(ctx, strings.TrimPrefix(subj, bus.StepPrefix), m)
-	case strings.HasPrefix(subj, bus.EndPrefix):
-		return s.requestEnd(ctx, strings.TrimPrefix(subj, bus.EndPrefix))
+	id, isStep := strings.CutPrefix(subj, bus.StepPrefix)
+	isEnd := false
+	if !isStep {
+		id, isEnd = strings.CutPrefix(subj, bus.EndPrefix)
 	}
-	return bus.Permanentf("streamer does not read %s", subj)
+	switch {
+	case !isStep && !isEnd:
+		return bus.Permanentf("streamer does not read %s", subj)
+	case !bus.ValidTraceToken(id):
+		return bus.Permanentf("subject %q: a trace id must be UTF-8 text of at most %d bytes, without '/', '\\', spaces, wildcards or control characters", subj, trace.MaxIDBytes)
+	case isStep:
+		return s.steps(ctx, id, m)
+	}
+	return s.requestEnd(ctx, id)
 }
 
 func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) error {

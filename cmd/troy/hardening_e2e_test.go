@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/bus"
+)
+
+// startServe runs `troy serve` in dir with reports in dir/reports/root and
+// returns its NATS and HTTP URLs.
+func startServe(t *testing.T, dir string, extra ...string) (natsURL, httpURL string) {
+	t.Helper()
+	_, policy := examples(t)
+	args := append([]string{"serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+		"--policy", policy, "--reports-dir", filepath.Join("reports", "root")}, extra...)
+	serve := exec.Command(troyBin, args...)
+	serve.Dir = dir
+	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
+	stdout, err := serve.StdoutPipe()
+	require.NoError(t, err)
+	serve.Stderr = io.Discard
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+	return readServeBanner(t, stdout, true)
+}
+
+// escaped lists what exists under dir outside reports/root and the data dir.
+func escaped(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.Contains(p, "escaped") {
+			out = append(out, p)
+		}
+		return nil
+	}))
+	return out
+}
+
+// The three reproductions of the path traversal: a chat-format trace over
+// HTTP, a canonical trace published straight to troy.trace.<run> (past
+// ingest), and a chat log in a batch. None writes outside its folder; each
+// says why it was refused.
+func TestTraceIDsCannotLeaveTheReportsFolder(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "a", "b")
+	require.NoError(t, os.MkdirAll(work, 0o755))
+	natsURL, httpURL := startServe(t, work)
+
+	resp, err := http.Post(httpURL+"/v1/traces", "application/json", strings.NewReader(
+		`{"id":"../../escaped-http/pwned","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
+	assert.Contains(t, string(body), "a trace id is one name, not a path")
+
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	dlq, err := nc.SubscribeSync(bus.Wildcard(bus.StageDLQ))
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	_, err = js.Publish(bus.Subject(bus.StageTrace, "live"), []byte(`{"trace_id":"../../escaped-nats/pwned","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`))
+	require.NoError(t, err)
+	dead, err := dlq.NextMsg(30 * time.Second)
+	require.NoError(t, err, "the graph stage dead-letters the trace")
+	assert.Contains(t, dead.Header.Get(bus.HeaderReason), "a trace id is one name, not a path")
+
+	// A valid id with characters a file name cannot hold is encoded, inside
+	// the folder.
+	resp, err = http.Post(httpURL+"/v1/traces", "application/json", strings.NewReader(
+		`{"trace_id":"odd id *>%00","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	report := filepath.Join(work, "reports", "root", "live", "odd%20id%20%2A%3E%2500", "audit.json")
+	require.Eventually(t, func() bool { _, err := os.Stat(report); return err == nil }, 30*time.Second, 20*time.Millisecond)
+	st, err := os.Stat(report)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "reports are private by default")
+	st, err = os.Stat(filepath.Dir(report))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+
+	in := filepath.Join(work, "in")
+	require.NoError(t, os.MkdirAll(in, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(in, "chat.json"), []byte(`{"id":"../escaped-batch/pwned","messages":[{"role":"user","content":"hi"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(in, "long.json"), []byte(`{"trace_id":"`+strings.Repeat("l", 300)+`","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(in, "ok.json"), []byte(`{"trace_id":"fine","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`), 0o644))
+	_, policy := examples(t)
+	r := troy(t, work, "audit-batch", "in", policy, "--out-dir", "out")
+	assert.Equal(t, 1, r.code, "rejected inputs exit 1: %s", r.stderr)
+	assert.Contains(t, r.stderr, "rejected chat.json: id: \"../escaped-batch/pwned\" contains '/'")
+	assert.Contains(t, r.stderr, "rejected long.json: trace_id: is 300 bytes, over the 255-byte limit")
+	var b struct{ Audited, Rejected int }
+	require.NoError(t, json.Unmarshal(read(t, work, "out/batch.json"), &b))
+	assert.Equal(t, 1, b.Audited, "the valid trace is still audited")
+	assert.Equal(t, 2, b.Rejected)
+
+	assert.Empty(t, escaped(t, dir), "nothing is written outside the reports folders")
+}
