@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
-func newCheckCmd() *cobra.Command {
-	var action, input, metadata, typ, history, mode, agentName string
+func newCheckCmd(g *globalFlags) *cobra.Command {
+	var action, input, metadata, typ, history, mode, agentName, session string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "check POLICY -a ACTION",
 		Short: "Check one proposed action against a policy before it runs: allow or block",
@@ -23,14 +26,16 @@ decision as JSON: {"decision": "allow"|"block", "violations": […], "policy_has
 --history gives the steps that came before (a trace file, or a JSON list of
 steps), so rules such as any_prev see them. Exit code: 0 allowed, 2 blocked
 (enforce mode), 1 usage or input error. --mode monitor always allows and still
-reports the violations.`,
+reports the violations. A rule that cannot be evaluated on the action blocks
+it (unless the rule or policy says on_error: allow).
+
+With --nats-url, the check is made by the guard of a running troy serve: POLICY
+is then a policy id or sha256: hash it has stored (troy policies push), or a
+policy file whose exact version it has stored, and --session names the session
+whose allowed actions count as history. An unreachable guard blocks.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			engine, err := loadPolicy(args[0])
-			if err != nil {
-				return codeError{exitError, err}
-			}
-			req := guard.Request{Mode: mode, Action: guard.Action{Type: typ, Name: action}, Agent: guard.Agent{Name: agentName}}
+			req := guard.Request{Mode: mode, SessionID: session, Action: guard.Action{Type: typ, Name: action}, Agent: guard.Agent{Name: agentName}}
 			if input != "" {
 				if err := json.Unmarshal([]byte(input), &req.Action.Input); err != nil {
 					return codeError{exitError, fmt.Errorf("--input is not JSON: %w (quote it: -i '{\"cmd\": \"ls\"}')", err)}
@@ -51,13 +56,39 @@ reports the violations.`,
 					req.Agent.Metadata = agentMeta
 				}
 			}
-			d, err := (&guard.Local{Policies: guard.Static{E: engine}}).Check(cmd.Context(), req)
+			var checker guard.Guard
+			if g.natsURL != "" {
+				ref, err := remotePolicyRef(args[0])
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				req.Policy = ref
+				nc, err := bus.Connect(g.client("troy-check"))
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				defer nc.Close()
+				checker = &guard.NATS{Conn: nc, Opts: guard.RemoteOptions{Timeout: timeout}}
+			} else {
+				if session != "" {
+					return codeError{exitError, errors.New("--session needs --nats-url: sessions live in the guard of troy serve (in process, pass --history)")}
+				}
+				engine, err := loadPolicy(args[0])
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				checker = &guard.Local{Policies: guard.Static{E: engine}}
+			}
+			d, err := checker.Check(cmd.Context(), req)
 			if err != nil {
 				return codeError{exitError, err}
 			}
 			out, _ := json.MarshalIndent(d, "", "  ")
 			fmt.Fprintln(cmd.OutOrStdout(), string(out))
-			if d.Decision == guard.Block {
+			if d.Decision != guard.Allow {
+				if d.Reason != "" {
+					return codeError{exitViolation, fmt.Errorf("blocked: %s", d.Reason)}
+				}
 				return codeError{exitViolation, fmt.Errorf("blocked by %d violation(s) of %s", len(d.Violations), d.PolicyID)}
 			}
 			return nil
@@ -71,7 +102,22 @@ reports the violations.`,
 	fl.StringVar(&history, "history", "", "earlier steps: a trace file or a JSON list of steps")
 	fl.StringVar(&mode, "mode", guard.Enforce, "enforce (block on a violation) or monitor (always allow, still report)")
 	fl.StringVar(&agentName, "agent", "", "the agent's name (agent.name in conditions)")
+	fl.StringVar(&session, "session", "", "with --nats-url: the session whose allowed actions are the history")
+	fl.DurationVar(&timeout, "timeout", 2*time.Second, "with --nats-url: block when the guard does not answer within this")
 	return cmd
+}
+
+// remotePolicyRef is what a remote guard is asked to use: a policy file's
+// exact version (its hash), or the id or hash given.
+func remotePolicyRef(arg string) (string, error) {
+	if _, err := os.Stat(arg); err != nil {
+		return arg, nil
+	}
+	e, err := loadPolicy(arg)
+	if err != nil {
+		return "", err
+	}
+	return e.Hash(), nil
 }
 
 // readHistory reads a canonical trace (its steps and metadata) or a bare list

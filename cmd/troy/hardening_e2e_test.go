@@ -116,3 +116,29 @@ func TestTraceIDsCannotLeaveTheReportsFolder(t *testing.T) {
 
 	assert.Empty(t, escaped(t, dir), "nothing is written outside the reports folders")
 }
+
+// troy check --nats-url asks the guard of a running troy serve (it ignored
+// the flag before): the server's stored policy and sessions decide.
+func TestCheckAgainstServe(t *testing.T) {
+	dir := t.TempDir()
+	natsURL, _ := startServe(t, dir)
+	_, policy := examples(t)
+	check := func(args ...string) result {
+		return troyEnv(t, dir, []string{"NATS_URL=" + natsURL}, append([]string{"check", policy}, args...)...)
+	}
+	r := check("-a", "crm_lookup", "--metadata", `{"data_classification": "pii"}`, "--session", "run-7")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = check("-a", "http_post", "--metadata", `{"network_zone": "external"}`, "--session", "run-7")
+	assert.Equal(t, 2, r.code, "the server's session remembers the PII read: %s", r.stderr)
+	assert.Contains(t, r.stdout, "external-call-after-pii")
+	r = check("-a", "http_post", "--metadata", `{"network_zone": "external"}`, "--session", "run-8")
+	assert.Equal(t, 0, r.code, "another session: %s", r.stderr)
+
+	r = troyEnv(t, dir, []string{"NATS_URL=" + natsURL}, "check", "no-such-policy", "-a", "ls")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `no policy with id "no-such-policy"`)
+
+	r = troy(t, dir, "check", policy, "-a", "ls", "--session", "run-7")
+	assert.Equal(t, 1, r.code, "--session without a server is refused")
+	assert.Contains(t, r.stderr, "--session needs --nats-url")
+}

@@ -19,13 +19,17 @@ import (
 func DeadLetter(js jetstream.JetStream, stage string, maxDeliver int, log zerolog.Logger) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m jetstream.Msg) error {
-			err := next(ctx, m)
-			if err == nil {
-				return nil
-			}
 			var n uint64 = 1
 			if md, mdErr := m.Metadata(); mdErr == nil {
 				n = md.NumDelivered
+			}
+			var err error
+			if maxDeliver > 0 && n > uint64(maxDeliver) {
+				// the consumer allows one delivery more than the handler
+				// gets: every earlier one ended without an answer
+				err = Permanent(fmt.Errorf("no handler finished it in %d deliveries (each crashed, hung past the ack wait or was killed): it may be too large or too costly to process", maxDeliver))
+			} else if err = next(ctx, m); err == nil {
+				return nil
 			}
 			if !IsPermanent(err) && (maxDeliver <= 0 || n < uint64(maxDeliver)) {
 				return err

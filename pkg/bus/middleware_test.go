@@ -215,3 +215,36 @@ func TestKeepAliveHoldsALongHandlersMessage(t *testing.T) {
 	assert.Zero(t, info.NumRedelivered, "never redelivered while in progress")
 	assert.Equal(t, int32(1), calls.Load())
 }
+
+// A message whose handler never answers (the process crashed, hung, or was
+// killed on every delivery) reaches the dead-letter stream on the one extra
+// delivery the consumer allows, instead of vanishing when the server stops
+// redelivering it.
+func TestDeadLetterWhenNoDeliveryEverFinished(t *testing.T) {
+	s, c := fixture(t, 3) // 2 handler attempts + 1
+	dlq := deadLetters(t, s)
+	pub(t, s, "poison")
+	ctx := context.Background()
+	for range 2 { // two deliveries that end without an answer, as a crash would
+		b, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		m := <-b.Messages()
+		require.NotNil(t, m)
+		require.NoError(t, m.Nak())
+	}
+	var calls atomic.Int32
+	h := bus.Chain(func(context.Context, jetstream.Msg) error {
+		calls.Add(1)
+		return nil
+	}, bus.DeadLetter(s.JS, "stage1", 2, zerolog.Nop()))
+	b, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	m := <-b.Messages()
+	require.NotNil(t, m)
+	_ = h(ctx, m)
+	d := recv(t, dlq)
+	assert.Contains(t, d.Header.Get(bus.HeaderReason), "no handler finished it in 2 deliveries")
+	assert.Equal(t, "3", d.Header.Get(bus.HeaderDeliveries))
+	assert.Equal(t, "poison", string(d.Data))
+	assert.Zero(t, calls.Load(), "the handler is not tried again")
+}

@@ -25,16 +25,20 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 	d := topo.ConsumerDefaults
 	for _, c := range topo.Consumers {
 		cfg := jetstream.ConsumerConfig{
-			Durable:       c.Name,
-			Description:   "troy " + c.Name + " service",
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       d.AckWait.Duration,
-			MaxDeliver:    d.MaxDeliver,
+			Durable:     c.Name,
+			Description: "troy " + c.Name + " service",
+			AckPolicy:   jetstream.AckExplicitPolicy,
+			AckWait:     d.AckWait.Duration,
+			// one delivery more than the handlers try: the DeadLetter
+			// middleware takes that last one to the dead-letter stream,
+			// so a message whose handler crashed or hung on every try is
+			// not dropped silently by the server
+			MaxDeliver:    serverMaxDeliver(d.MaxDeliver),
 			MaxAckPending: d.MaxAckPending,
 			Replicas:      0, // consumers follow their stream
 		}
 		if c.MaxDeliver != 0 {
-			cfg.MaxDeliver = c.MaxDeliver
+			cfg.MaxDeliver = serverMaxDeliver(c.MaxDeliver)
 		}
 		if len(c.FilterSubjects) == 1 {
 			cfg.FilterSubject = c.FilterSubjects[0]
@@ -91,4 +95,12 @@ func streamConfig(s pipelines.Stream) (jetstream.StreamConfig, error) {
 		return cfg, fmt.Errorf("stream %s: retention %q is not one of limits, interest, workqueue", s.Name, s.Retention)
 	}
 	return cfg, nil
+}
+
+// serverMaxDeliver is the consumer's limit for n handler attempts.
+func serverMaxDeliver(n int) int {
+	if n <= 0 {
+		return n
+	}
+	return n + 1
 }

@@ -32,7 +32,8 @@ func NewDeps(js jetstream.JetStream, log zerolog.Logger, reg prometheus.Register
 }
 
 // RunStage consumes the named durable consumer with h, wrapped in the
-// standard middleware (metrics, dead-lettering, panic recovery) and then any
+// standard middleware (metrics, dead-lettering, panic recovery, a keep-alive
+// so a long handler's message is not redelivered while it runs) and then any
 // extra given.
 func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handler, extra ...Middleware) error {
 	c, ok := d.Topology.Consumer(consumer)
@@ -48,6 +49,7 @@ func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handl
 		d.Metrics.Observe(consumer),
 		DeadLetter(d.JS, consumer, d.Topology.ConsumerDefaults.MaxDeliver, log),
 		Recover(),
+		KeepAlive(max(d.Topology.ConsumerDefaults.AckWait.Duration/3, 100*time.Millisecond)),
 	}, extra...)
 	wrapped := Chain(h, mws...)
 	log.Debug().Int("workers", workers).Msg("stage running")

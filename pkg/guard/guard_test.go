@@ -3,8 +3,11 @@ package guard_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,4 +231,108 @@ func TestHotReload(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, v2.Hash(), d.PolicyHash)
 	assert.NotEqual(t, before, d.PolicyHash)
+}
+
+// A guard that cannot decide blocks (issue 8): a rule that errors on the
+// action, or is stopped by its budget, blocks in enforce mode unless the
+// rule or policy says on_error: allow.
+func TestRuleErrorsBlockInEnforceMode(t *testing.T) {
+	ctx := context.Background()
+	const src = `
+policy_id: amounts
+rules:
+  - rule_id: big-payment
+    condition: step.name == 'pay' and step.input.amount > 1000
+    severity: high
+`
+	g := &guard.Local{Policies: guard.Static{E: engine(t, src)}}
+	pay := guard.Action{Name: "pay", Input: map[string]any{"amount": "5000"}}
+	d, err := g.Check(ctx, guard.Request{Action: pay})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision, "a rule that cannot be evaluated blocks")
+	assert.Contains(t, d.Reason, "rule big-payment could not be evaluated, failing closed")
+	require.Len(t, d.RuleErrors, 1)
+
+	d, err = g.Check(ctx, guard.Request{Action: pay, Mode: guard.Monitor})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision, "monitor mode still allows")
+
+	for name, s := range map[string]string{
+		"rule":   strings.Replace(src, "severity: high", "severity: high\n    on_error: allow", 1),
+		"policy": strings.Replace(src, "rules:", "on_error: allow\nrules:", 1),
+	} {
+		g := &guard.Local{Policies: guard.Static{E: engine(t, s)}}
+		d, err := g.Check(ctx, guard.Request{Action: pay})
+		require.NoError(t, err)
+		assert.Equal(t, guard.Allow, d.Decision, "on_error: allow on the %s", name)
+		assert.Len(t, d.RuleErrors, 1, "and the error is still reported")
+	}
+
+	p, err := policy.Parse([]byte(`
+policy_id: slow
+rules:
+  - rule_id: quadratic
+    condition: "any_prev({ matches(text(#), 'x.*y.*z.*never') })"
+`))
+	require.NoError(t, err)
+	e, err := policy.CompileWith(p, policy.Options{Budget: time.Nanosecond})
+	require.NoError(t, err)
+	history := make([]*trace.Step, 3000)
+	for i := range history {
+		history[i] = &trace.Step{StepID: fmt.Sprint(i), Type: trace.TypeToolCall, Name: "ls"}
+	}
+	d, err = (&guard.Local{Policies: guard.Static{E: e}}).Check(ctx, guard.Request{Action: listDocs, History: history})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision, "a rule stopped by its budget blocks")
+	assert.Contains(t, d.Reason, "over the 1ns budget")
+}
+
+// Every error path of the remote guards gives a decision (issue 8): an
+// unknown policy, a 404, a proxy's 403 page, a 200 without a decision. A
+// caller that only reads d.Decision never runs what was not allowed.
+func TestRemoteErrorsNeverAllow(t *testing.T) {
+	srv, store := startGuard(t)
+	store.SetDefault("guard-test")
+	ctx := context.Background()
+
+	n := &guard.NATS{Conn: srv.NC}
+	d, err := n.Check(ctx, guard.Request{Policy: "no-such-policy", Action: listDocs})
+	assert.ErrorContains(t, err, `no policy with id "no-such-policy"`)
+	assert.Equal(t, guard.Block, d.Decision, "nats: unknown policy")
+	d, err = n.Check(ctx, guard.Request{Action: guard.Action{Type: "teleport"}})
+	assert.ErrorIs(t, err, guard.ErrBadRequest)
+	assert.Equal(t, guard.Block, d.Decision, "nats: bad request")
+
+	local := &guard.Local{Policies: store}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/guard/check", httpapi.Guard(local))
+	mux.HandleFunc("POST /proxy/v1/guard/check", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, "<html><body>Access denied</body></html>")
+	})
+	mux.HandleFunc("POST /empty/v1/guard/check", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "{}") })
+	mux.HandleFunc("POST /html200/v1/guard/check", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "<html>login</html>") })
+	web := httptest.NewServer(mux)
+	defer web.Close()
+
+	d, err = (&guard.HTTP{URL: web.URL}).Check(ctx, guard.Request{Policy: "no-such-policy", Action: listDocs})
+	assert.ErrorContains(t, err, `no policy with id "no-such-policy"`)
+	assert.Equal(t, guard.Block, d.Decision, "http: unknown policy")
+	for path, want := range map[string]string{
+		"/nowhere": "404 Not Found",
+		"/proxy":   "403 Forbidden",
+		"/empty":   "the reply has no decision",
+		"/html200": "the reply is not a guard decision",
+	} {
+		d, err := (&guard.HTTP{URL: web.URL + path}).Check(ctx, guard.Request{Action: listDocs})
+		require.NoError(t, err, path)
+		assert.Equal(t, guard.Block, d.Decision, path)
+		assert.Contains(t, d.Reason, "failing closed", path)
+		assert.Contains(t, d.Reason, want, path)
+
+		d, err = (&guard.HTTP{URL: web.URL + path, Opts: guard.RemoteOptions{FailOpen: true}}).Check(ctx, guard.Request{Action: listDocs})
+		require.NoError(t, err, path)
+		assert.Equal(t, guard.Allow, d.Decision, "FailOpen allows when no guard answered: %s", path)
+	}
 }

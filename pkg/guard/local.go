@@ -34,35 +34,58 @@ type Local struct {
 
 // Check implements Guard. The action is evaluated as the last step of a
 // trace made of the history (the request's, or else the session's), so
-// cross-step rules such as any_prev work live.
+// cross-step rules such as any_prev work live. It fails closed: whenever it
+// returns an error the decision is Block, and in enforce mode a rule that
+// cannot be evaluated on the action (an error, or its time or memory budget
+// spent) blocks it unless the rule or policy says on_error: allow.
 func (l *Local) Check(ctx context.Context, req Request) (Decision, error) {
 	if err := req.Validate(); err != nil {
-		return Decision{}, err
+		return blocked(req, err), err
 	}
 	e, err := l.Policies.Engine(ctx, req.Policy)
 	if err != nil {
-		return Decision{}, err
+		return blocked(req, err), err
 	}
 	history := req.History
 	if history == nil && req.SessionID != "" && l.Sessions != nil {
 		if history, err = l.Sessions.History(ctx, req.SessionID); err != nil {
-			return Decision{}, fmt.Errorf("session %s: %w", req.SessionID, err)
+			err = fmt.Errorf("session %s: %w", req.SessionID, err)
+			return blocked(req, err), err
 		}
 	}
 	step := req.step(history)
 	steps := make([]*trace.Step, 0, len(history)+1)
 	steps = append(append(steps, history...), step)
 	t := &trace.Trace{TraceID: req.SessionID, AgentName: req.Agent.Name, Metadata: req.Agent.Metadata, Steps: steps}
-	res := e.EvaluateStep(t, len(steps)-1)
+	res := e.EvaluateStepContext(ctx, t, len(steps)-1)
 	d := Decision{Decision: Allow, Mode: req.Mode, Violations: res.Violations, RuleErrors: res.RuleErrors,
 		PolicyID: e.Policy().PolicyID, PolicyHash: e.Hash(), SessionID: req.SessionID}
-	if len(res.Violations) > 0 && req.Mode == Enforce {
-		d.Decision = Block
+	if req.Mode == Enforce {
+		if len(res.Violations) > 0 {
+			d.Decision = Block
+		}
+		for _, re := range res.RuleErrors {
+			if e.Policy().OnErrorOf(re.RuleID) != policy.OnErrorAllow {
+				d.Decision = Block
+				d.Reason = fmt.Sprintf("rule %s could not be evaluated, failing closed (on_error: allow would let it pass): %s", re.RuleID, re.Error)
+				break
+			}
+		}
 	}
 	if d.Decision == Allow && req.SessionID != "" && l.Sessions != nil {
 		if err := l.Sessions.Append(ctx, req.SessionID, step); err != nil {
-			return d, fmt.Errorf("session %s: record the allowed action: %w", req.SessionID, err)
+			// Unrecorded, the action would be missing from the history later
+			// checks are judged on: refuse it instead.
+			err = fmt.Errorf("session %s: record the allowed action: %w", req.SessionID, err)
+			d.Decision, d.Reason = Block, "failing closed: "+err.Error()
+			return d, err
 		}
 	}
 	return d, nil
+}
+
+// blocked is the decision whenever a check fails: nothing runs that the
+// guard could not decide on.
+func blocked(req Request, err error) Decision {
+	return Decision{Decision: Block, Mode: req.Mode, SessionID: req.SessionID, Reason: "failing closed: " + err.Error()}
 }

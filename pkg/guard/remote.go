@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,23 +47,38 @@ func encode(req Request) ([]byte, error) {
 	return json.Marshal(req)
 }
 
-// answer decodes a guard's reply; an error reply is a bad request, never a
-// transport failure, so it is returned as an error and not failed open.
-func answer(body []byte) (Decision, error) {
+// answer reads a reply. A guard's {"error": …} (a bad request, an unknown
+// policy) blocks and is returned as the error; a reply that is neither a
+// decision nor a guard's error (a proxy's page, an empty 200) means no guard
+// answered, and the fail mode decides.
+func (o RemoteOptions) answer(req Request, body []byte) (Decision, error) {
 	var reply struct {
 		Decision
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(body, &reply); err != nil {
-		return Decision{}, fmt.Errorf("guard reply is not a decision: %w", err)
+		return o.unreachable(req, fmt.Errorf("the reply is not a guard decision (%s)", snippet(body))), nil
 	}
 	if reply.Error != "" {
-		return Decision{}, fmt.Errorf("%w: %s", ErrBadRequest, reply.Error)
+		err := fmt.Errorf("%w: %s", ErrBadRequest, reply.Error)
+		return blocked(req, err), err
 	}
 	if reply.Decision.Decision != Allow && reply.Decision.Decision != Block {
-		return Decision{}, fmt.Errorf("guard reply has no decision")
+		return o.unreachable(req, fmt.Errorf("the reply has no decision (%s)", snippet(body))), nil
 	}
 	return reply.Decision, nil
+}
+
+// snippet shows the start of a reply that was not a decision.
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	if s == "" {
+		return "empty"
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // NATS asks a guard service over NATS request-reply.
@@ -73,12 +87,15 @@ type NATS struct {
 	Opts RemoteOptions
 }
 
-// Check implements Guard. When no guard answers in time the decision is
-// block (or allow with FailOpen) and Reason says why; err is nil.
+// Check implements Guard. The decision is always Allow or Block. When no
+// guard answers in time, or the reply is not a guard's, the decision is
+// block (or allow with FailOpen) with Reason saying why, and err is nil; a
+// request the guard refuses (bad, or naming an unknown policy) is Block
+// with the error.
 func (n *NATS) Check(ctx context.Context, req Request) (Decision, error) {
 	body, err := encode(req)
 	if err != nil {
-		return Decision{}, err
+		return blocked(req, err), err
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.Opts.timeout())
 	defer cancel()
@@ -86,7 +103,7 @@ func (n *NATS) Check(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return n.Opts.unreachable(req, err), nil
 	}
-	return answer(msg.Data)
+	return n.Opts.answer(req, msg.Data)
 }
 
 // HTTP asks a guard over POST /v1/guard/check.
@@ -100,13 +117,13 @@ type HTTP struct {
 func (h *HTTP) Check(ctx context.Context, req Request) (Decision, error) {
 	body, err := encode(req)
 	if err != nil {
-		return Decision{}, err
+		return blocked(req, err), err
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.Opts.timeout())
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(h.URL, "/")+"/v1/guard/check", bytes.NewReader(body))
 	if err != nil {
-		return Decision{}, err
+		return blocked(req, err), err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	client := h.Client
@@ -122,8 +139,14 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return h.Opts.unreachable(req, err), nil
 	}
-	if resp.StatusCode >= 500 {
-		return h.Opts.unreachable(req, errors.New(resp.Status+": "+strings.TrimSpace(string(data)))), nil
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity ||
+		resp.StatusCode == http.StatusRequestEntityTooLarge:
+		// the guard's own refusals carry {"error": …}; anything else from
+		// a 4xx is not the guard speaking
+	default:
+		return h.Opts.unreachable(req, fmt.Errorf("%s from %s (%s)", resp.Status, h.URL, snippet(data))), nil
 	}
-	return answer(data)
+	return h.Opts.answer(req, data)
 }

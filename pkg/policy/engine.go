@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,6 +30,9 @@ type Env struct {
 	NextStep any            `expr:"next_step"`
 	Trace    map[string]any `expr:"trace"`
 	Agent    map[string]any `expr:"agent"`
+	// Meter bounds the run; conditions reach it only through the calls the
+	// meter patch adds.
+	Meter *meter `expr:"__meter"`
 }
 
 // Violation is one rule firing on one step.
@@ -63,7 +67,7 @@ type compiledRule struct {
 	program *vm.Program
 	guard   stepGuard
 	source  rewritten // to point runtime errors at the user's text
-	loops   bool      // has predicates, so it is timed against the budget
+	costly  bool      // loops, builds or scans text: timed against the budget
 	decide  string    // when its verdict is certain in a streamed trace
 }
 
@@ -73,14 +77,18 @@ type Engine struct {
 	hash        string
 	rules       []compiledRule
 	traceGuards bool          // some rule can be ruled out once per trace
-	budget      time.Duration // per rule with loops, per trace
+	budget      time.Duration // per costly rule, per trace
+	memory      int64         // bytes one run may build
 }
 
 // Options tune an engine.
 type Options struct {
-	// Budget is how long one rule with loops may run on one trace before it
-	// is stopped with a rule error (DefaultBudget when zero).
+	// Budget is how long one rule may run on one trace before it is
+	// stopped with a rule error (DefaultBudget when zero).
 	Budget time.Duration
+	// MemoryBudget is how many bytes one run of a condition may build
+	// (DefaultMemoryBudget when zero).
+	MemoryBudget int64
 }
 
 // Compile checks and compiles every condition of a policy. A condition that
@@ -90,9 +98,12 @@ func Compile(p *Policy) (*Engine, error) { return CompileWith(p, Options{}) }
 
 // CompileWith is Compile with options.
 func CompileWith(p *Policy, o Options) (*Engine, error) {
-	e := &Engine{policy: p, hash: p.Hash(), budget: o.Budget}
+	e := &Engine{policy: p, hash: p.Hash(), budget: o.Budget, memory: o.MemoryBudget}
 	if e.budget <= 0 {
 		e.budget = DefaultBudget
+	}
+	if e.memory <= 0 {
+		e.memory = DefaultMemoryBudget
 	}
 	var probs []Problem
 	for _, r := range p.Rules {
@@ -101,12 +112,12 @@ func CompileWith(p *Policy, o Options) (*Engine, error) {
 			probs = append(probs, *prob)
 			continue
 		}
-		loops, err := safetyCheck(prog.Node())
+		costly, err := safetyCheck(prog.Node())
 		if err != nil {
 			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
 			continue
 		}
-		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, loops: loops, decide: decideWhen(prog.Node())}
+		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, costly: costly, decide: decideWhen(prog.Node())}
 		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
 		e.rules = append(e.rules, cr)
 	}
@@ -129,16 +140,26 @@ func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 		expr.Function("get", get,
 			new(func(any, string) any),
 			new(func(any, string, any) any)),
-		// the pattern parameter is `any`: patternCompiler swaps a constant
-		// pattern for its compiled matcher before type checking
-		expr.Function(matchesFunc, matches, new(func(any, any) bool)),
-		expr.Function("text", text, new(func(any) string)),
-		expr.Function("json", jsonHelper, new(func(any) any)),
-		expr.Function("pii", detector(detect.PII), new(func(any) []any)),
-		expr.Function("secrets", detector(detect.Secrets), new(func(any) []any)),
-		expr.Function("injection", detector(detect.Injection), new(func(any) []any)),
-		expr.Function("urls", detector(detect.URLs), new(func(any) []any)),
+		// Metered helpers take the run's meter first (meterPatch adds it).
+		// The pattern parameter is `any`: patternCompiler swaps a constant
+		// pattern for its compiled matcher before type checking.
+		expr.Function(matchesFunc, matches, new(func(*meter, any, any) bool)),
+		expr.Function("text", text, new(func(*meter, any) string)),
+		expr.Function("json", jsonHelper, new(func(*meter, any) any)),
+		expr.Function("pii", detector(detect.PII), new(func(*meter, any) []any)),
+		expr.Function("secrets", detector(detect.Secrets), new(func(*meter, any) []any)),
+		expr.Function("injection", detector(detect.Injection), new(func(*meter, any) []any)),
+		expr.Function("urls", detector(detect.URLs), new(func(*meter, any) []any)),
+		// expr's builtins that can build without bound, sized before they do
+		expr.DisableBuiltin("repeat"),
+		expr.DisableBuiltin("replace"),
+		expr.DisableBuiltin("join"),
+		expr.Function("repeat", repeatHelper, new(func(*meter, string, int) string)),
+		expr.Function("replace", replaceHelper, new(func(*meter, string, string, string) string)),
+		expr.Function("join", joinHelper, new(func(*meter, any) string), new(func(*meter, any, string) string)),
+		expr.Function(tickName, tick, new(func(*meter, any) any)),
 		expr.Patch(patternCompiler{errs: &patternErrs}),
+		expr.Patch(meterPatch{}),
 	)
 	if err == nil && len(patternErrs) > 0 {
 		err = patternErrs[0]
@@ -217,16 +238,18 @@ func (e *Engine) DecideWhen() []string {
 }
 
 // EvaluateRule runs one rule (by its index in the policy) on step i, with
-// the trace as it is so far in scope.
+// the trace as it is so far in scope, within the rule's budget.
 func (e *Engine) EvaluateRule(t *trace.Trace, rule, i int) (Violation, bool, *RuleError) {
 	r := e.rules[rule]
 	env := newEnv(t)
 	env.at(t, i)
-	var machine vm.VM
 	s := t.Steps[i]
 	if r.guard.skipsTrace(env) || r.guard.skips(i, s) {
 		return Violation{}, false, nil
 	}
+	env.Meter = newMeter(context.Background(), e.budget, e.memory)
+	env.Meter.start(e.budget)
+	var machine vm.VM
 	out, err := machine.Run(r.program, env)
 	if err != nil {
 		return Violation{}, false, &RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: r.errorText(err)}
@@ -245,21 +268,37 @@ func (e *Engine) Hash() string { return e.hash }
 
 // Evaluate runs every rule on every step of a trace. A rule that errors on a
 // step is recorded in RuleErrors and evaluation goes on.
-func (e *Engine) Evaluate(t *trace.Trace) Result { return e.evaluate(t, 0, len(t.Steps)) }
+func (e *Engine) Evaluate(t *trace.Trace) Result { return e.EvaluateContext(context.Background(), t) }
+
+// EvaluateContext is Evaluate, stopping the rules still running when ctx
+// ends (each gets a rule error saying so).
+func (e *Engine) EvaluateContext(ctx context.Context, t *trace.Trace) Result {
+	return e.evaluate(ctx, t, 0, len(t.Steps))
+}
 
 // EvaluateStep runs every rule on step i alone, with the whole trace in
 // scope: what the guard asks of a proposed action (the last step).
 func (e *Engine) EvaluateStep(t *trace.Trace, i int) Result {
+	return e.EvaluateStepContext(context.Background(), t, i)
+}
+
+// EvaluateStepContext is EvaluateStep bounded by ctx too.
+func (e *Engine) EvaluateStepContext(ctx context.Context, t *trace.Trace, i int) Result {
 	if i < 0 || i >= len(t.Steps) {
 		return Result{Violations: []Violation{}, RuleErrors: []RuleError{}}
 	}
-	return e.evaluate(t, i, i+1)
+	return e.evaluate(ctx, t, i, i+1)
 }
 
-// evaluate runs the rules on steps [from, to).
-func (e *Engine) evaluate(t *trace.Trace, from, to int) Result {
+// evaluate runs the rules on steps [from, to). A costly rule is timed
+// across the whole trace; once it spends its budget (or its run builds too
+// much, or ctx ends) it is stopped with one rule error and skipped for the
+// rest of the trace.
+func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Result {
 	res := Result{Violations: []Violation{}, RuleErrors: []RuleError{}}
 	env := newEnv(t)
+	m := newMeter(ctx, e.budget, e.memory)
+	env.Meter = m
 	var machine vm.VM
 	rules := e.rules
 	if e.traceGuards {
@@ -270,29 +309,42 @@ func (e *Engine) evaluate(t *trace.Trace, from, to int) Result {
 			}
 		}
 	}
-	var spent []time.Duration // per rule, for rules with loops
+	spent := make([]time.Duration, len(rules))
+	stopped := make([]bool, len(rules))
 	for i := from; i < to; i++ {
 		s := t.Steps[i]
 		env.at(t, i)
+		cancelled := ctx.Err() != nil
 		for j, r := range rules {
-			if r.guard.skips(i, s) {
+			if stopped[j] || r.guard.skips(i, s) {
+				continue
+			}
+			if cancelled {
+				stopped[j] = true
+				res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i,
+					Error: "stopped: the evaluation was cancelled (" + context.Cause(ctx).Error() + ")"})
 				continue
 			}
 			var start time.Time
-			if r.loops {
-				if spent == nil {
-					spent = make([]time.Duration, len(rules))
-				}
-				if spent[j] > e.budget {
-					continue // stopped earlier on this trace
-				}
+			if r.costly {
 				start = time.Now()
+				m.start(e.budget - spent[j])
 			}
 			out, err := machine.Run(r.program, env)
-			if r.loops {
-				if spent[j] += time.Since(start); spent[j] > e.budget {
-					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: fmt.Sprintf(
-						"stopped after %s on this trace, over the %s budget: its loops grow with the trace's length; simplify the condition", spent[j].Round(time.Millisecond), e.budget)})
+			if r.costly {
+				spent[j] += time.Since(start)
+				var be *BudgetError
+				if err != nil && !errors.As(err, &be) && strings.Contains(err.Error(), "memory budget exceeded") {
+					be = &BudgetError{Kind: "memory", Detail: "stopped: it allocated over expr's memory budget in one run (ranges, lists and maps it built); iterate smaller collections"}
+				}
+				if be != nil || spent[j] > e.budget {
+					stopped[j] = true
+					msg := fmt.Sprintf("stopped after %s on this trace, over the %s budget: its cost grows with the trace's length; simplify the condition",
+						spent[j].Round(time.Millisecond), e.budget)
+					if be != nil && be.Kind != "time" {
+						msg = be.Detail
+					}
+					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: msg})
 					continue
 				}
 			}

@@ -82,30 +82,189 @@ func get(params ...any) (any, error) {
 // that is not a string is searched as its JSON. A constant pattern arrives
 // precompiled (see patternCompiler).
 func matches(params ...any) (any, error) {
+	m, params := meterOf(params)
 	if len(params) != 2 {
 		return nil, fmt.Errorf("matches takes 2 arguments (text, pattern), got %d", len(params))
 	}
-	var m *Matcher
+	var pm *Matcher
 	switch p := params[1].(type) {
 	case *Matcher:
-		m = p
+		pm = p
 	case string:
 		var err error
-		if m, err = cachedMatcher(p); err != nil {
+		if pm, err = cachedMatcher(p); err != nil {
 			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
 	}
-	return m.MatchValue(params[0]), nil
+	if m != nil {
+		if err := m.check(); err != nil {
+			return nil, err
+		}
+		if s, ok := params[0].(string); ok {
+			return pm.Match(s), nil
+		}
+		if pm.ruledOut(params[0]) {
+			return false, nil
+		}
+		t, err := m.text(params[0])
+		if err != nil {
+			return nil, err
+		}
+		return pm.Match(t), nil
+	}
+	return pm.MatchValue(params[0]), nil
 }
 
 // text(x): any value as searchable text (JSON for maps and lists).
 func text(params ...any) (any, error) {
+	m, params := meterOf(params)
 	if len(params) != 1 {
 		return nil, fmt.Errorf("text takes 1 argument, got %d", len(params))
 	}
-	return Text(params[0]), nil
+	if m == nil {
+		return Text(params[0]), nil
+	}
+	return m.text(params[0])
+}
+
+// text renders v as Text does, counting what it builds; the text of a list
+// of steps is remembered for the rest of the trace, so text(steps) on every
+// step costs one rendering, not one per step.
+func (m *meter) text(v any) (string, error) {
+	if err := m.check(); err != nil {
+		return "", err
+	}
+	steps, isSteps := v.([]*trace.Step)
+	var key textKey
+	if isSteps && len(steps) > 0 {
+		key = textKey{first: steps[0], n: len(steps)}
+		if s, ok := m.memo[key]; ok {
+			return s, nil
+		}
+	}
+	s := Text(v)
+	if len(s) >= bigValue {
+		if err := m.grow(len(s)); err != nil {
+			return "", err
+		}
+	}
+	if isSteps && len(steps) > 0 && m.memoBytes+len(s) <= memoMaxTextBytes {
+		if m.memo == nil {
+			m.memo = map[textKey]string{}
+		}
+		m.memo[key] = s
+		m.memoBytes += len(s)
+	}
+	return s, nil
+}
+
+// maxBuild bounds one string a helper builds, whatever the memory budget.
+const maxBuild = 64 << 20
+
+// repeat(s, n), replace(s, old, new) and join(list[, sep]) are expr's
+// builtins with their size known, and refused, before they build anything.
+func repeatHelper(params ...any) (any, error) {
+	m, params := meterOf(params)
+	if len(params) != 2 {
+		return nil, fmt.Errorf("repeat takes 2 arguments (text, count), got %d", len(params))
+	}
+	s, ok := params[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("repeat: the text must be a string, not %T", params[0])
+	}
+	n, ok := toInt(params[1])
+	if !ok || n < 0 {
+		return nil, fmt.Errorf("repeat: the count must be a non-negative integer, not %v", params[1])
+	}
+	if err := buildSize(m, "repeat", int64(len(s))*int64(n)); err != nil {
+		return nil, err
+	}
+	return strings.Repeat(s, n), nil
+}
+
+func replaceHelper(params ...any) (any, error) {
+	m, params := meterOf(params)
+	if len(params) != 3 {
+		return nil, fmt.Errorf("replace takes 3 arguments (text, old, new), got %d", len(params))
+	}
+	var strs [3]string
+	for i, p := range params {
+		s, ok := p.(string)
+		if !ok {
+			return nil, fmt.Errorf("replace: arguments must be strings, not %T", p)
+		}
+		strs[i] = s
+	}
+	s, old, repl := strs[0], strs[1], strs[2]
+	n := int64(strings.Count(s, old))
+	if err := buildSize(m, "replace", int64(len(s))+n*int64(len(repl)-len(old))); err != nil {
+		return nil, err
+	}
+	return strings.ReplaceAll(s, old, repl), nil
+}
+
+func joinHelper(params ...any) (any, error) {
+	m, params := meterOf(params)
+	if len(params) < 1 || len(params) > 2 {
+		return nil, fmt.Errorf("join takes 1 or 2 arguments (list, separator), got %d", len(params))
+	}
+	sep := ""
+	if len(params) == 2 {
+		s, ok := params[1].(string)
+		if !ok {
+			return nil, fmt.Errorf("join: the separator must be a string, not %T", params[1])
+		}
+		sep = s
+	}
+	var parts []string
+	switch l := params[0].(type) {
+	case []string:
+		parts = l
+	case []any:
+		parts = make([]string, len(l))
+		for i, e := range l {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("join: element %d is %T, not a string (map it through text() first)", i, e)
+			}
+			parts[i] = s
+		}
+	default:
+		return nil, fmt.Errorf("join: the first argument must be a list of strings, not %T", params[0])
+	}
+	size := int64(len(sep)) * int64(max(len(parts)-1, 0))
+	for _, p := range parts {
+		size += int64(len(p))
+	}
+	if err := buildSize(m, "join", size); err != nil {
+		return nil, err
+	}
+	return strings.Join(parts, sep), nil
+}
+
+// buildSize refuses a string over maxBuild, and counts it against the run.
+func buildSize(m *meter, helper string, size int64) error {
+	if size > maxBuild {
+		return &BudgetError{Kind: "memory", Detail: fmt.Sprintf("%s would build %d MiB, over the %d MiB one value may have", helper, size>>20, maxBuild>>20)}
+	}
+	if m != nil && size >= bigValue {
+		return m.grow(int(size))
+	}
+	return nil
+}
+
+func toInt(v any) (int, bool) {
+	switch n := v.(type) {
+	case int:
+		return n, true
+	case int64:
+		return int(n), true
+	case float64:
+		return int(n), n == float64(int(n))
+	}
+	return 0, false
 }
 
 // detector turns a detect function into a policy helper: it reads any value
@@ -114,10 +273,19 @@ func text(params ...any) (any, error) {
 func detector(find func(string) []detect.Finding) func(params ...any) (any, error) {
 	var memo detectorMemo
 	return func(params ...any) (any, error) {
+		m, params := meterOf(params)
 		if len(params) != 1 {
 			return nil, fmt.Errorf("detectors take 1 argument (the text), got %d", len(params))
 		}
-		text := Text(params[0])
+		var text string
+		if m == nil {
+			text = Text(params[0])
+		} else {
+			var err error
+			if text, err = m.text(params[0]); err != nil {
+				return nil, err
+			}
+		}
 		if out, ok := memo.get(text); ok {
 			return out, nil
 		}
@@ -173,8 +341,14 @@ func (d *detectorMemo) put(text string, out []any) {
 // string holding JSON (maps and lists come back as they are), so a policy
 // can read structured tool output: (json(step.output) ?? {}).sender.
 func jsonHelper(params ...any) (any, error) {
+	m, params := meterOf(params)
 	if len(params) != 1 {
 		return nil, fmt.Errorf("json takes 1 argument, got %d", len(params))
+	}
+	if s, ok := params[0].(string); ok && m != nil && len(s) >= bigValue {
+		if err := m.grow(2 * len(s)); err != nil { // parsed values take about twice their text
+			return nil, err
+		}
 	}
 	switch v := params[0].(type) {
 	case map[string]any, []any:

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -33,6 +34,12 @@ func TestHostileConditionsAreRefusedAtLoad(t *testing.T) {
 		"huge range":     "any(1..2000000000, {# == 5})",
 		"regex repeat":   "matches(step.description, 'a{1000}{1000}')",
 		"deep predicate": "any([[[[1]]]], {any(#, {any(#, {any(#, {# == 1})})})})",
+		// the shapes of issue 8, which passed lint before
+		"cubic via alias":    "let s = steps; all(s, {all(s, {all(s, {true})})})",
+		"alias of an alias":  "let s = steps; let u = s[1:]; any(u, {any(s, {true})})",
+		"steps inside range": "any(1..100000, {any_step({.type == 'nope'})})",
+		"reserved name":      "__meter != nil",
+		"reserved tick":      "__tick(nil, true)",
 	}
 	for name, cond := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -78,10 +85,8 @@ func TestAllocationsPastExprsBudgetAreRuleErrors(t *testing.T) {
 	require.NoError(t, err)
 	res := e.Evaluate(tr)
 	require.Len(t, res.Violations, 1)
-	require.Len(t, res.RuleErrors, 3, "one per step")
-	for _, re := range res.RuleErrors {
-		assert.Contains(t, re.Error, "memory budget exceeded")
-	}
+	require.Len(t, res.RuleErrors, 1, "stopped once, then skipped")
+	assert.Contains(t, res.RuleErrors[0].Error, "over expr's memory budget")
 }
 
 func TestConditionsCanDoNoIO(t *testing.T) {
@@ -95,4 +100,54 @@ func TestConditionsCanDoNoIO(t *testing.T) {
 		_, err := Compile(p)
 		assert.ErrorIs(t, err, ErrInvalid, cond)
 	}
+}
+
+// Conditions that ran unbounded before (issue 8): each now ends with one
+// rule error naming the rule and the bound, and the rest of the policy runs.
+func TestHostileConditionsAreBoundedFromInside(t *testing.T) {
+	tr := longTrace(t, 10_000)
+	cases := map[string]struct{ cond, want string }{
+		"scan of the whole trace per step": {"matches(text(steps), 'zzzqqq')", "budget"},
+		"repeat of the trace":              {"len(repeat(text(steps), 4000)) > 0", "repeat would build"},
+		"string reduce":                    {"len(reduce(steps, #acc + text(#), '')) < 0", "memory budget"},
+		"replace blow-up":                  {"len(replace(text(steps), 'a', text(steps))) > 0", "replace would build"},
+		"join of copies":                   {"len(join(map(1..1000, {text(steps)}), '')) > 0", "MiB"},
+		"doubling string":                  {"len(reduce(1..40, #acc + #acc, 'xxxxxxxxxxxxxxxx')) < 0", "memory budget"},
+		"busy loop":                        {"count(steps, {#.step_id == step.step_id}) < 0", "over the 300ms budget"},
+		"expr's own memory budget":         {"len(map(1..99999, {1..20})) < 0", "memory budget"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := &Policy{PolicyID: "p", Rules: []Rule{
+				{RuleID: "hostile", Condition: c.cond},
+				{RuleID: "fine", Condition: "step_index == 9999"},
+			}}
+			require.Empty(t, p.normalize())
+			e, err := CompileWith(p, Options{Budget: 300 * time.Millisecond})
+			require.NoError(t, err)
+			start := time.Now()
+			res := e.Evaluate(tr)
+			t.Logf("%s: %s", name, time.Since(start))
+			assert.Less(t, time.Since(start), 30*time.Second, "it ends")
+			require.Len(t, res.Violations, 1, "the well-behaved rule still runs")
+			require.NotEmpty(t, res.RuleErrors)
+			assert.Equal(t, "hostile", res.RuleErrors[0].RuleID)
+			assert.Contains(t, res.RuleErrors[0].Error, c.want)
+			assert.LessOrEqual(t, len(res.RuleErrors), 1, "stopped once, then skipped: %v", res.RuleErrors)
+		})
+	}
+}
+
+// A cancelled context stops every costly rule at once.
+func TestEvaluationStopsWhenCancelled(t *testing.T) {
+	tr := longTrace(t, 2000)
+	p := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "slow", Condition: "any_step({matches(text(#), 'x.*y.*never')})"}}}
+	require.Empty(t, p.normalize())
+	e, err := CompileWith(p, Options{Budget: time.Hour})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	res := e.EvaluateContext(ctx, tr)
+	require.Len(t, res.RuleErrors, 1)
+	assert.Contains(t, res.RuleErrors[0].Error, "cancelled")
 }

@@ -42,16 +42,23 @@ func NewMatcher(pattern string) (*Matcher, error) {
 // and lists as their JSON text. For maps and lists it first looks for the
 // required literals leaf by leaf, and renders the JSON only when one occurs.
 func (m *Matcher) MatchValue(v any) bool {
+	if m.ruledOut(v) {
+		return false
+	}
+	return m.Match(Text(v))
+}
+
+// ruledOut reports whether a map or list certainly does not match, because
+// no leaf holds a literal the pattern requires.
+func (m *Matcher) ruledOut(v any) bool {
 	switch v.(type) {
 	case map[string]any, []any:
 		if m.leafSafe {
 			found, exact := m.inLeaves(v, 0)
-			if exact && !found {
-				return false
-			}
+			return exact && !found
 		}
 	}
-	return m.Match(Text(v))
+	return false
 }
 
 // inLeaves reports whether a required literal occurs in a key or scalar of v

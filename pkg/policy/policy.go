@@ -47,7 +47,17 @@ type Policy struct {
 	PolicyID    string `json:"policy_id" jsonschema:"minLength=1"`
 	Description string `json:"description,omitempty"`
 	Rules       []Rule `json:"rules" jsonschema:"minItems=1"`
+	// OnError is what the guard does, in enforce mode, when a rule cannot
+	// be evaluated on the checked action: block (the default) or allow.
+	// A rule's own on_error wins.
+	OnError string `json:"on_error,omitempty" jsonschema:"enum=block,enum=allow,default=block"`
 }
+
+// What the guard does when a rule errors on the checked action.
+const (
+	OnErrorBlock = "block"
+	OnErrorAllow = "allow"
+)
 
 // Rule flags every step on which its condition is true.
 type Rule struct {
@@ -59,6 +69,8 @@ type Rule struct {
 	// Controls names the compliance controls the rule evidences, e.g.
 	// "SOC 2 CC6.1", "HIPAA 164.312(b)", "OWASP LLM01".
 	Controls []string `json:"controls,omitempty"`
+	// OnError overrides the policy's on_error for this rule.
+	OnError string `json:"on_error,omitempty" jsonschema:"enum=block,enum=allow"`
 }
 
 // WeightOrDefault is the rule's weight, DefaultWeight when unset.
@@ -150,7 +162,7 @@ func Parse(data []byte) (*Policy, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
 		return nil, &Error{Problems: []Problem{{Message: "policy shape: " + err.Error() +
-			" (expected policy_id, description, rules[] of rule_id, description, condition, severity, weight, controls)"}}}
+			" (expected policy_id, description, on_error, rules[] of rule_id, description, condition, severity, weight, controls, on_error)"}}}
 	}
 	if probs := p.normalize(); len(probs) > 0 {
 		return nil, &Error{Problems: probs}
@@ -165,6 +177,9 @@ func (p *Policy) normalize() []Problem {
 	}
 	if len(p.Rules) == 0 {
 		probs = append(probs, Problem{Field: "rules", Message: "no rules: a policy needs at least one rule"})
+	}
+	if !validOnError(p.OnError) {
+		probs = append(probs, Problem{Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", p.OnError)})
 	}
 	seen := map[string]int{}
 	for i := range p.Rules {
@@ -188,6 +203,9 @@ func (p *Policy) normalize() []Problem {
 		if SeverityRank(r.Severity) == 0 {
 			probs = append(probs, Problem{RuleID: id, Field: "severity", Message: fmt.Sprintf("%q is not one of %s", r.Severity, strings.Join(Severities, ", "))})
 		}
+		if !validOnError(r.OnError) {
+			probs = append(probs, Problem{RuleID: id, Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", r.OnError)})
+		}
 		if r.Weight == nil {
 			w := DefaultWeight
 			r.Weight = &w
@@ -204,6 +222,20 @@ func (p *Policy) Hash() string {
 	b, _ := json.Marshal(p) // a Policy always marshals
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func validOnError(s string) bool { return s == "" || s == OnErrorBlock || s == OnErrorAllow }
+
+// OnErrorOf is what the guard does when a rule cannot be evaluated on a
+// checked action: the rule's on_error, else the policy's, else block.
+func (p *Policy) OnErrorOf(ruleID string) string {
+	if r, ok := p.Rule(ruleID); ok && r.OnError != "" {
+		return r.OnError
+	}
+	if p.OnError != "" {
+		return p.OnError
+	}
+	return OnErrorBlock
 }
 
 // Rule returns the rule with the given id.

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/parser/lexer"
 )
@@ -48,6 +51,10 @@ func rewrite(cond string) (rewritten, error) {
 	}
 	pos := 0
 	for i, t := range toks {
+		if t.Kind == lexer.Identifier && strings.HasPrefix(t.Value, "__") {
+			return rewritten{}, &file.Error{Location: file.Location{From: t.From, To: t.To},
+				Message: fmt.Sprintf("%s: names starting with __ are reserved for troy", t.Value)}
+		}
 		if i+1 >= len(toks) || !toks[i+1].Is(lexer.Bracket, "(") {
 			continue
 		}

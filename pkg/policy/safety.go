@@ -12,10 +12,6 @@ import (
 // range); these add what it does not bound: loops over data that already
 // exists. Go's regexp runs in linear time, so patterns cannot blow up.
 const (
-	// maxStepNesting: a predicate over the steps inside another one costs
-	// the cube of the trace length per trace; one level (any_next on every
-	// step) is the square, which the time budget then bounds.
-	maxStepNesting = 1
 	// maxNesting bounds predicates inside predicates over any collection.
 	maxNesting = 3
 	// maxRange bounds a constant range (1..n) a condition may iterate.
@@ -23,17 +19,23 @@ const (
 )
 
 // DefaultBudget is how long one rule may spend on one trace before it is
-// stopped with a rule error. Only rules with loops are timed.
+// stopped with a rule error. Rules that only compare fields of the step
+// cost the same on every step and are not timed.
 const DefaultBudget = 2 * time.Second
 
 // safetyCheck reads a compiled condition: it refuses nesting and ranges beyond
-// the bounds, and says whether the rule loops (and so is timed).
-func safetyCheck(root ast.Node) (loops bool, err error) {
+// the bounds, and says whether the rule is costly (loops, builds or scans
+// text), and so timed.
+func safetyCheck(root ast.Node) (costly bool, err error) {
 	var preds []*ast.BuiltinNode
 	var rangeErr error
+	aliases := stepAliases(root)
 	ast.Walk(&root, visitor(func(n ast.Node) {
 		switch x := n.(type) {
 		case *ast.CallNode:
+			if id, ok := x.Callee.(*ast.IdentifierNode); ok && (id.Value == tickName || meteredHelpers[id.Value]) {
+				costly = true
+			}
 			// Only troy's helpers and expr's builtins are callable, never
 			// methods of the Go values behind steps and traces.
 			if _, method := x.Callee.(*ast.MemberNode); method && rangeErr == nil {
@@ -57,31 +59,55 @@ func safetyCheck(root ast.Node) (loops bool, err error) {
 		return false, rangeErr
 	}
 	for _, p := range preds {
-		if d := nesting(p, false); d > maxNesting {
+		if d := nesting(p); d > maxNesting {
 			return false, fmt.Errorf("predicates nested %d deep (at most %d): flatten the condition", d, maxNesting)
 		}
-		if d := nesting(p, true); d > maxStepNesting {
-			return false, fmt.Errorf("a predicate over the steps inside another one (e.g. any_next inside any_step) costs the cube of the trace length; test the steps in one pass, or use prev_step/next_step")
+		if stepsInside(p, aliases) {
+			return false, fmt.Errorf("a predicate over the steps inside another loop (e.g. any_next inside any_step, or any_step inside any(1..n, …)) costs the trace's length times the loop's on every step; test the steps in one pass, or use prev_step/next_step")
 		}
 	}
-	return len(preds) > 0, nil
+	return costly || len(preds) > 0, nil
 }
 
-// nesting is how deep predicates nest from p down (1 for p alone); with
-// stepsOnly, only predicates over the trace's steps count.
-func nesting(p *ast.BuiltinNode, stepsOnly bool) int {
-	self := 0
-	if !stepsOnly || overSteps(p) {
-		self = 1
-	}
+// nesting is how deep predicates nest from p down (1 for p alone).
+func nesting(p *ast.BuiltinNode) int {
 	body := predicateOf(p)
 	deepest := 0
 	ast.Walk(&body, visitor(func(n ast.Node) {
 		if b, ok := n.(*ast.BuiltinNode); ok && b != p && predicateOf(b) != nil {
-			deepest = max(deepest, nesting(b, stepsOnly))
+			deepest = max(deepest, nesting(b))
 		}
 	}))
-	return self + deepest
+	return 1 + deepest
+}
+
+// stepsInside reports whether a predicate over the steps runs inside p's
+// loop body.
+func stepsInside(p *ast.BuiltinNode, aliases map[string]bool) bool {
+	body := predicateOf(p)
+	found := false
+	ast.Walk(&body, visitor(func(n ast.Node) {
+		if b, ok := n.(*ast.BuiltinNode); ok && b != p && predicateOf(b) != nil && overSteps(b, aliases) {
+			found = true
+		}
+	}))
+	return found
+}
+
+// stepAliases finds the variables (let x = …) that hold the steps or part of
+// them, so `let s = steps; all(s, {all(s, …)})` is seen for what it is.
+func stepAliases(root ast.Node) map[string]bool {
+	aliases := map[string]bool{}
+	for changed := true; changed; { // an alias of an alias
+		changed = false
+		ast.Walk(&root, visitor(func(n ast.Node) {
+			if v, ok := n.(*ast.VariableDeclaratorNode); ok && !aliases[v.Name] && mentionsSteps(v.Value, aliases) {
+				aliases[v.Name] = true
+				changed = true
+			}
+		}))
+	}
+	return aliases
 }
 
 // predicateOf returns the closure a builtin (any, all, filter, count, …) runs
@@ -96,17 +122,21 @@ func predicateOf(b *ast.BuiltinNode) ast.Node {
 }
 
 // overSteps reports whether a builtin iterates the trace's steps.
-func overSteps(b *ast.BuiltinNode) bool {
-	if len(b.Arguments) == 0 {
-		return false
-	}
+func overSteps(b *ast.BuiltinNode, aliases map[string]bool) bool {
+	return len(b.Arguments) > 0 && mentionsSteps(b.Arguments[0], aliases)
+}
+
+// mentionsSteps reports whether an expression reads the trace's step lists
+// (directly or through an alias).
+func mentionsSteps(n ast.Node, aliases map[string]bool) bool {
 	found := false
-	coll := b.Arguments[0]
-	ast.Walk(&coll, visitor(func(n ast.Node) {
-		if id, ok := n.(*ast.IdentifierNode); ok {
+	ast.Walk(&n, visitor(func(x ast.Node) {
+		if id, ok := x.(*ast.IdentifierNode); ok {
 			switch id.Value {
 			case "steps", "prev_steps", "next_steps":
 				found = true
+			default:
+				found = found || aliases[id.Value]
 			}
 		}
 	}))

@@ -92,7 +92,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	res := events.Evaluated{TraceID: g.Trace.TraceID, PolicyID: engine.Policy().PolicyID, PolicyHash: engine.Hash(),
-		Result: engine.Evaluate(g.Trace)}
+		Result: engine.EvaluateContext(ctx, g.Trace)}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("evaluate %s: %w (it is redelivered)", g.Trace.TraceID, err) // shutting down: not a verdict
+	}
 	body, err := events.Marshal(res)
 	if err != nil {
 		return bus.Permanent(err)

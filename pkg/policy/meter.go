@@ -1,0 +1,179 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/expr-lang/expr/ast"
+
+	"github.com/troy-audit/troy/pkg/trace"
+)
+
+// A condition is bounded from inside the expr VM: every loop body, every
+// `+` and every costly helper goes through the meter of the run, which
+// stops the run (with an error naming the bound) once the rule's time on
+// this trace, the memory its run has built, or the caller's context is
+// spent. expr's own memory budget still bounds ranges and literals.
+
+// DefaultMemoryBudget is how many bytes of strings and lists one run of a
+// condition may build (text, joins, concatenations, repeats) before it is
+// stopped with a rule error.
+const DefaultMemoryBudget = 256 << 20
+
+// Names the meter patch adds to conditions; users cannot write them (the
+// rewrite refuses identifiers starting with "__").
+const (
+	meterName = "__meter"
+	tickName  = "__tick"
+)
+
+// checkEvery is how many loop iterations pass between clock reads.
+const checkEvery = 512
+
+// bigValue is the size from which a string a loop body or `+` makes is
+// counted against the memory budget (smaller ones are already in the trace
+// or too small to matter).
+const bigValue = 1 << 10
+
+// BudgetError is a run stopped by a bound.
+type BudgetError struct {
+	Kind   string // "time", "memory" or "cancelled"
+	Detail string
+}
+
+func (e *BudgetError) Error() string { return e.Detail }
+
+// ErrBudget is matched by errors.Is for every *BudgetError.
+var ErrBudget = errors.New("evaluation budget spent")
+
+func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
+
+// meter bounds the runs of the conditions evaluated on one trace. It is not
+// safe for concurrent use: each evaluation has its own.
+type meter struct {
+	ctx       context.Context
+	deadline  time.Time // of the rule now running
+	budget    time.Duration
+	maxBytes  int64
+	ticks     uint
+	bytes     int64 // built by the current run
+	stop      *BudgetError
+	memo      map[textKey]string // text() of step lists, per trace
+	memoBytes int
+}
+
+type textKey struct {
+	first *trace.Step
+	n     int
+}
+
+// memoMaxTextBytes bounds the text() results one trace evaluation keeps.
+const memoMaxTextBytes = 64 << 20
+
+func newMeter(ctx context.Context, budget time.Duration, maxBytes int64) *meter {
+	return &meter{ctx: ctx, budget: budget, maxBytes: maxBytes}
+}
+
+// start readies the meter for one run of a rule that has left time left.
+func (m *meter) start(left time.Duration) {
+	m.deadline = time.Now().Add(left)
+	m.bytes, m.ticks, m.stop = 0, 0, nil
+}
+
+// check stops the run when a bound is spent.
+func (m *meter) check() error {
+	switch {
+	case m.stop != nil:
+		return m.stop
+	case m.bytes > m.maxBytes:
+		m.stop = &BudgetError{Kind: "memory", Detail: fmt.Sprintf(
+			"stopped: it built more than %d MiB in one run, over the memory budget; avoid repeat(), join() and + over whole traces", m.maxBytes>>20)}
+	case m.ctx.Err() != nil:
+		m.stop = &BudgetError{Kind: "cancelled", Detail: "stopped: the evaluation was cancelled (" + context.Cause(m.ctx).Error() + ")"}
+	case time.Now().After(m.deadline):
+		m.stop = &BudgetError{Kind: "time", Detail: fmt.Sprintf(
+			"stopped: over the %s budget on this trace: its cost grows with the trace's length; simplify the condition", m.budget)}
+	default:
+		return nil
+	}
+	return m.stop
+}
+
+// grow counts n bytes a helper is about to build, refusing them when they
+// would pass the budget.
+func (m *meter) grow(n int) error {
+	m.bytes += int64(n)
+	return m.check()
+}
+
+// tick is called with the value of every loop body and `+`: it counts big
+// strings and reads the clock every checkEvery calls.
+func tick(params ...any) (any, error) {
+	m, v := params[0].(*meter), params[1]
+	if m == nil {
+		return v, nil
+	}
+	m.ticks++
+	if s, ok := v.(string); ok && len(s) >= bigValue {
+		m.bytes += int64(len(s))
+		return v, m.check()
+	}
+	if m.ticks%checkEvery == 0 || m.stop != nil {
+		return v, m.check()
+	}
+	return v, nil
+}
+
+// meterPatch threads the meter through a compiled condition: predicate
+// bodies and `+` go through tick, and metered helpers get it as their first
+// argument.
+type meterPatch struct{}
+
+// meteredHelpers take the meter as their first argument.
+var meteredHelpers = map[string]bool{
+	"text": true, matchesFunc: true, "json": true, "pii": true, "secrets": true, "injection": true, "urls": true,
+	"repeat": true, "replace": true, "join": true,
+}
+
+func meterIdent() ast.Node { return &ast.IdentifierNode{Value: meterName} }
+
+func (meterPatch) Visit(node *ast.Node) {
+	switch x := (*node).(type) {
+	case *ast.PredicateNode:
+		body := x.Node
+		call := &ast.CallNode{Callee: &ast.IdentifierNode{Value: tickName}, Arguments: []ast.Node{meterIdent(), body}}
+		call.SetLocation(body.Location())
+		x.Node = call
+	case *ast.BinaryNode:
+		if x.Operator != "+" {
+			return
+		}
+		loc := x.Location()
+		ast.Patch(node, &ast.CallNode{Callee: &ast.IdentifierNode{Value: tickName}, Arguments: []ast.Node{meterIdent(), x}})
+		(*node).SetLocation(loc)
+	case *ast.CallNode:
+		id, ok := x.Callee.(*ast.IdentifierNode)
+		if !ok || !meteredHelpers[id.Value] || len(x.Arguments) > 0 && isMeter(x.Arguments[0]) {
+			return
+		}
+		x.Arguments = append([]ast.Node{meterIdent()}, x.Arguments...)
+	}
+}
+
+func isMeter(n ast.Node) bool {
+	id, ok := n.(*ast.IdentifierNode)
+	return ok && id.Value == meterName
+}
+
+// meterOf takes the meter a patched call passes first (nil in an env
+// without one).
+func meterOf(params []any) (*meter, []any) {
+	if len(params) > 0 {
+		if m, ok := params[0].(*meter); ok {
+			return m, params[1:]
+		}
+	}
+	return nil, params
+}
