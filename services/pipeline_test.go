@@ -100,7 +100,7 @@ func TestPipelineAuditsExamplesAndRejectsBadInput(t *testing.T) {
 	files, total, err := auditor.ListDir("../examples/traces")
 	require.NoError(t, err)
 	inputs := func(yield func(auditor.Input) bool) {
-		for in := range auditor.ReadDir("../examples/traces", files) {
+		for in := range auditor.ReadDir("../examples/traces", files, 0) {
 			if !yield(in) {
 				return
 			}
@@ -468,4 +468,25 @@ func TestATraceMayNameItsPolicy(t *testing.T) {
 	var got events.Evaluated
 	require.NoError(t, json.Unmarshal(next(t, evals).Data, &got))
 	assert.Equal(t, named.Hash(), got.PolicyHash)
+}
+
+// Rejected documents without a source or an id each get their own
+// rejection record (issue 8: they shared one message id and JetStream kept
+// only the first).
+func TestIdlessRejectionsAreKeptApart(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	in, err := ingest.New(deps, ingest.DefaultConfig())
+	require.NoError(t, err)
+	start(t, in)
+	ctx := context.Background()
+	for _, doc := range []string{`{"agent_name": "a"}`, `not json`, `{"steps": []}`} {
+		_, err := srv.JS.Publish(ctx, "troy.ingest.idless", []byte(doc))
+		require.NoError(t, err)
+	}
+	s, err := srv.JS.Stream(ctx, auditor.OutcomesStream)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("troy.rejected.idless"))
+		return err == nil && info.State.Subjects["troy.rejected.idless"] == 3
+	}, 15*time.Second, 20*time.Millisecond, "three rejections stored")
 }

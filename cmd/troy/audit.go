@@ -253,7 +253,7 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				return nil
 			}
 			started := time.Now()
-			res, err := runAudit(cmd, g, f, engine, run, auditor.ReadDir(args[0], files), total, finished, sink)
+			res, err := runAudit(cmd, g, f, engine, run, auditor.ReadDir(args[0], files, f.maxTraceBytes), total, finished, sink)
 			if err != nil {
 				return err
 			}

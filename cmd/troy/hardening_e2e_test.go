@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -141,4 +142,77 @@ func TestCheckAgainstServe(t *testing.T) {
 	r = troy(t, dir, "check", policy, "-a", "ls", "--session", "run-7")
 	assert.Equal(t, 1, r.code, "--session without a server is refused")
 	assert.Contains(t, r.stderr, "--session needs --nats-url")
+}
+
+// One oversized input is one rejected input with its limit named; the batch
+// goes on and writes its summary (issue 8: a file over the message size, or
+// a .jsonl line over 64 MiB, aborted the whole batch).
+func TestOversizedInputsDoNotStopABatch(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	require.NoError(t, os.MkdirAll(in, 0o755))
+	step := `{"step_id":"1","type":"llm_call","output":"` + strings.Repeat("z", 17<<20) + `"}`
+	require.NoError(t, os.WriteFile(filepath.Join(in, "huge.json"), []byte(`{"trace_id":"huge","agent_name":"a","steps":[`+step+`]}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(in, "ok.json"), []byte(`{"trace_id":"fine","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`), 0o644))
+	_, policy := examples(t)
+
+	r := troy(t, dir, "audit-batch", "in", policy, "--out-dir", "out1", "--max-trace-bytes", "40000000")
+	assert.Equal(t, 1, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "rejected huge.json:")
+	assert.Contains(t, r.stderr, "over the NATS server's 16777216-byte message limit")
+	assert.Contains(t, string(read(t, dir, "out1/summary.md")), "fine")
+
+	require.NoError(t, os.WriteFile(filepath.Join(in, "huge.json"), []byte("{\"trace_id\":\"x\"}\n"+`{"trace_id":"huge","agent_name":"a","steps":[`+step+`]}`+"\n"), 0o644))
+	require.NoError(t, os.Rename(filepath.Join(in, "huge.json"), filepath.Join(in, "lines.jsonl")))
+	r = troy(t, dir, "audit-batch", "in", policy, "--out-dir", "out2")
+	assert.Equal(t, 1, r.code, r.stderr)
+	assert.Regexp(t, `rejected lines.jsonl:2: input too large: \d+ bytes, over the 4194304-byte limit`, r.stderr)
+	assert.Contains(t, r.stderr, "rejected lines.jsonl:1:")
+	var b struct{ Audited, Rejected int }
+	require.NoError(t, json.Unmarshal(read(t, dir, "out2/batch.json"), &b))
+	assert.Equal(t, 1, b.Audited)
+	assert.Equal(t, 2, b.Rejected)
+}
+
+// Inputs that crashed a handler or held a connection (issue 8): an empty
+// step body over HTTP and over NATS, and a client that never finishes its
+// request.
+func TestEmptyBodiesAndSlowClients(t *testing.T) {
+	dir := t.TempDir()
+	natsURL, httpURL := startServe(t, dir, "--http-read-timeout", "1s")
+
+	resp, err := http.Post(httpURL+"/v1/traces/t-1/steps", "application/json", strings.NewReader(""))
+	require.NoError(t, err, "an answer, not an empty reply")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "the document is empty")
+
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	dlq, err := nc.SubscribeSync(bus.Wildcard(bus.StageDLQ))
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	_, err = js.Publish(bus.StepPrefix+"t-2", nil)
+	require.NoError(t, err)
+	dead, err := dlq.NextMsg(30 * time.Second)
+	require.NoError(t, err, "the streamer dead-letters it, and lives")
+	assert.Contains(t, dead.Header.Get(bus.HeaderReason), "the document is empty")
+	resp, err = http.Get(httpURL + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(httpURL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	start := time.Now()
+	_, err = io.ReadAll(conn) // returns when the server closes the connection
+	require.NoError(t, err, "closed by the server, not by our deadline")
+	t.Logf("slow client cut off after %s", time.Since(start))
 }

@@ -31,7 +31,7 @@ func newServeCmd(g *globalFlags) *cobra.Command {
 	var streamIdle time.Duration
 	var lf llmFlags
 	sp, sl := splunk.DefaultConfig(), syslog.DefaultConfig()
-	var grace time.Duration
+	var grace, readTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run troy's services: all of them with an embedded NATS server, or one --target against a cluster",
@@ -95,7 +95,10 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 				defaultPolicy = def.Policy().PolicyID // pushed by startStack
 			}
 			api := httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: defaultPolicy, Log: log}
-			srv := &http.Server{Handler: httpHandler(st, reg, api), ReadHeaderTimeout: 5 * time.Second}
+			// A client that sends its request slowly (or never finishes
+			// it) is cut off, so slow connections cannot pile up.
+			srv := &http.Server{Handler: httpHandler(st, reg, api), ReadHeaderTimeout: min(5*time.Second, readTimeout),
+				ReadTimeout: readTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20}
 			go func() {
 				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					st.fail(fmt.Errorf("http: %w", err))
@@ -137,6 +140,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.StringVar(&reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of report files in --reports-dir (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
+	fl.DurationVar(&readTimeout, "http-read-timeout", 30*time.Second, "longest an HTTP client may take to send one request, body included")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
 	lf.register(cmd)
 	fl.DurationVar(&streamIdle, "stream-idle", 5*time.Minute, "a streamed trace with no new step for this long ends")

@@ -193,8 +193,12 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 	for in := range inputs {
 		order = append(order, in.Source)
 		if in.Err != nil {
+			problem := "could not read: " + in.Err.Error()
+			if errors.Is(in.Err, ErrTooLarge) {
+				problem = in.Err.Error()
+			}
 			if err := c.finish(report.Entry{Source: in.Source, Status: report.StatusRejected,
-				Problems: []string{"could not read: " + in.Err.Error()}}, Outcome{}); err != nil {
+				Problems: []string{problem}}, Outcome{}); err != nil {
 				return nil, err
 			}
 			continue
@@ -205,7 +209,13 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		if err := c.acquire(ctx); err != nil {
 			return nil, c.stopErr(ctx, err)
 		}
-		if err := publish(ctx, js, cfg, in); err != nil {
+		if err := publish(ctx, js, cfg, in); errors.Is(err, nats.ErrMaxPayload) {
+			// too large for one message: this input is rejected, the batch goes on
+			if err := c.finish(report.Entry{Source: in.Source, Status: report.StatusRejected, Problems: []string{fmt.Sprintf(
+				"%d bytes, over the NATS server's %d-byte message limit: split the trace, or raise max_payload on the server", len(in.Data), js.Conn().MaxPayload())}}, Outcome{}); err != nil {
+				return nil, err
+			}
+		} else if err != nil {
 			return nil, err
 		}
 	}

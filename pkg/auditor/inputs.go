@@ -5,6 +5,7 @@ package auditor
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -18,11 +19,8 @@ import (
 type Input struct {
 	Source string // file, or file:line for .jsonl
 	Data   []byte
-	Err    error // the input could not be read at all
+	Err    error // the input could not be read, or is over the size limit: it is rejected with this
 }
-
-// maxLine bounds one .jsonl line; longer lines are rejected, not buffered.
-const maxLine = 64 << 20
 
 // ListDir returns the .json and .jsonl files of dir, sorted, and how many
 // inputs they hold, without keeping any of them in memory.
@@ -42,7 +40,7 @@ func ListDir(dir string) (files []string, inputs int, err error) {
 		case ".jsonl":
 			n, err := countLines(filepath.Join(dir, name))
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, fmt.Errorf("read %s: %w", name, err)
 			}
 			inputs += n
 		default:
@@ -64,27 +62,64 @@ func countLines(path string) (int, error) {
 	}
 	defer f.Close()
 	n := 0
-	err = eachLine(f, func(int, []byte) bool { n++; return true })
+	err = eachLine(f, 0, func(int, []byte, int64) bool { n++; return true })
 	return n, err
 }
 
-// eachLine calls fn with every non-blank line and its 1-based number.
-func eachLine(r io.Reader, fn func(line int, data []byte) bool) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	for line := 1; sc.Scan(); line++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
+// eachLine calls fn with every non-blank line and its 1-based number. A
+// line over maxBytes (when positive) is not kept: fn gets nil data and the
+// line's size, and reading goes on with the next line.
+func eachLine(r io.Reader, maxBytes int, fn func(line int, data []byte, size int64) bool) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for line := 1; ; line++ {
+		var buf []byte
+		var size int64
+		over := false
+		var err error
+		for {
+			var chunk []byte
+			chunk, err = br.ReadSlice('\n')
+			size += int64(len(chunk))
+			if !over {
+				if maxBytes > 0 && len(buf)+len(chunk) > maxBytes+2 { // +2: a line end
+					over, buf = true, nil
+				} else {
+					buf = append(buf, chunk...)
+				}
+			}
+			if err != bufio.ErrBufferFull {
+				break
+			}
 		}
-		if !fn(line, sc.Bytes()) {
+		if err != nil && err != io.EOF {
+			return err
+		}
+		buf = bytes.TrimRight(buf, "\r\n")
+		if maxBytes > 0 && len(buf) > maxBytes {
+			over, buf = true, nil
+		}
+		if over || len(bytes.TrimSpace(buf)) > 0 {
+			if !fn(line, buf, size) {
+				return nil
+			}
+		}
+		if err == io.EOF {
 			return nil
 		}
 	}
-	return sc.Err()
 }
 
-// ReadDir yields the inputs of the listed files one at a time.
-func ReadDir(dir string, files []string) iter.Seq[Input] {
+// ErrTooLarge marks an input over the size limit; it is rejected unread.
+var ErrTooLarge = errors.New("input too large")
+
+func tooLarge(size int64, maxBytes int) error {
+	return fmt.Errorf("%w: %d bytes, over the %d-byte limit: split it or raise the limit (--max-trace-bytes)", ErrTooLarge, size, maxBytes)
+}
+
+// ReadDir yields the inputs of the listed files one at a time. An input
+// over maxBytes (when positive) is yielded with an error and never read
+// into memory whole, so one huge file or line is one rejected input.
+func ReadDir(dir string, files []string, maxBytes int) iter.Seq[Input] {
 	return func(yield func(Input) bool) {
 		for _, name := range files {
 			path := filepath.Join(dir, name)
@@ -97,8 +132,12 @@ func ReadDir(dir string, files []string) iter.Seq[Input] {
 					continue
 				}
 				stopped := false
-				err = eachLine(f, func(line int, data []byte) bool {
-					ok := yield(Input{Source: fmt.Sprintf("%s:%d", name, line), Data: bytes.Clone(data)})
+				err = eachLine(f, maxBytes, func(line int, data []byte, size int64) bool {
+					in := Input{Source: fmt.Sprintf("%s:%d", name, line), Data: data}
+					if data == nil {
+						in.Err = tooLarge(size, maxBytes)
+					}
+					ok := yield(in)
 					stopped = !ok
 					return ok
 				})
@@ -111,10 +150,22 @@ func ReadDir(dir string, files []string) iter.Seq[Input] {
 				}
 				continue
 			}
-			data, err := os.ReadFile(path)
-			if !yield(Input{Source: name, Data: data, Err: err}) {
+			if !yield(readFile(name, path, maxBytes)) {
 				return
 			}
 		}
 	}
+}
+
+func readFile(name, path string, maxBytes int) Input {
+	f, err := os.Open(path)
+	if err != nil {
+		return Input{Source: name, Err: err}
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && maxBytes > 0 && st.Size() > int64(maxBytes) {
+		return Input{Source: name, Err: tooLarge(st.Size(), maxBytes)}
+	}
+	data, err := io.ReadAll(f)
+	return Input{Source: name, Data: data, Err: err}
 }

@@ -3,6 +3,7 @@ package auditor
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,7 +27,7 @@ func TestListAndReadDir(t *testing.T) {
 	assert.Equal(t, 3, n)
 
 	var got []string
-	for in := range ReadDir(dir, files) {
+	for in := range ReadDir(dir, files, 0) {
 		require.NoError(t, in.Err)
 		got = append(got, in.Source+" "+string(in.Data))
 	}
@@ -39,10 +40,57 @@ func TestListAndReadDir(t *testing.T) {
 func TestReadDirReportsUnreadableFiles(t *testing.T) {
 	dir := t.TempDir()
 	var got []Input
-	for in := range ReadDir(dir, []string{"gone.json"}) {
+	for in := range ReadDir(dir, []string{"gone.json"}, 0) {
 		got = append(got, in)
 	}
 	require.Len(t, got, 1)
 	assert.Equal(t, "gone.json", got[0].Source)
 	assert.Error(t, got[0].Err)
+}
+
+// One input over the limit is one rejected input (it aborted the batch
+// before: a .jsonl line over 64 MiB stopped the listing, a file over the
+// message size stopped the run); the inputs around it are read as usual.
+func TestOversizedInputsAreRejectedOneByOne(t *testing.T) {
+	dir := t.TempDir()
+	big := strings.Repeat("x", 1000)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "lines.jsonl"),
+		[]byte("{\"n\":1}\r\n\""+big+"\"\n{\"n\":3}"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "big.json"), []byte(`"`+big+`"`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ok.json"), []byte(`{"n":4}`), 0o644))
+	files, n, err := ListDir(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 5, n)
+	var got []string
+	for in := range ReadDir(dir, files, 100) {
+		if in.Err != nil {
+			assert.ErrorIs(t, in.Err, ErrTooLarge)
+			got = append(got, in.Source+" rejected: "+in.Err.Error())
+			continue
+		}
+		got = append(got, in.Source+" "+string(in.Data))
+	}
+	assert.Equal(t, []string{
+		"big.json rejected: input too large: 1002 bytes, over the 100-byte limit: split it or raise the limit (--max-trace-bytes)",
+		`lines.jsonl:1 {"n":1}`,
+		"lines.jsonl:2 rejected: input too large: 1003 bytes, over the 100-byte limit: split it or raise the limit (--max-trace-bytes)",
+		`lines.jsonl:3 {"n":3}`,
+		`ok.json {"n":4}`,
+	}, got)
+
+	// a line longer than bufio.Scanner's old 64 MiB ceiling is counted, not fatal
+	long := filepath.Join(dir, "long.jsonl")
+	f, err := os.Create(long)
+	require.NoError(t, err)
+	chunk := []byte(strings.Repeat("y", 1<<20))
+	for range 65 {
+		_, err = f.Write(chunk)
+		require.NoError(t, err)
+	}
+	_, err = f.WriteString("\n{\"n\":2}\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	c, err := countLines(long)
+	require.NoError(t, err)
+	assert.Equal(t, 2, c)
 }

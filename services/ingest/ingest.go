@@ -90,6 +90,15 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 		return bus.Permanentf("subject %q has no valid run token (want troy.ingest.<run>)", m.Subject())
 	}
 	source := in.Get(bus.HeaderSource)
+	// A document sent with no source names that place on the stream, so
+	// two id-less documents that are rejected stay two rejections (the
+	// key, and so the message id, would be the run's alone).
+	where := source
+	if where == "" {
+		if md, err := m.Metadata(); err == nil {
+			where = fmt.Sprintf("%s#%d", m.Subject(), md.Sequence.Stream)
+		}
+	}
 	out := bus.Forward(in, m, "")
 	out.Set(bus.HeaderRun, run)
 	policyHash := in.Get(bus.HeaderPolicy)
@@ -97,9 +106,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	tr, err := Parse(m.Data(), s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))
 	var invalid *trace.InvalidError
 	if errors.As(err, &invalid) {
-		key := bus.Key(run, source, invalid.TraceID)
+		key := bus.Key(run, where, "")
+		if source == "" && invalid.TraceID != "" {
+			key = bus.Key(run, "", invalid.TraceID)
+		}
 		out.Set(bus.HeaderKey, key)
-		body, _ := events.Marshal(events.Rejected{Source: source, TraceID: invalid.TraceID, Problems: invalid.Problems})
+		body, _ := events.Marshal(events.Rejected{Source: where, TraceID: invalid.TraceID, Problems: invalid.Problems})
 		s.deps.Log.Info().Str("run", run).Str("source", source).Str("trace_id", invalid.TraceID).
 			Int("problems", len(invalid.Problems)).Msg("trace rejected")
 		return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageRejected, run), Data: body, Header: out,
