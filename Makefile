@@ -4,13 +4,14 @@ BIN     ?= bin/troy
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help build demo test test-short bench lint schemas clean
+.PHONY: help build demo test test-short bench fuzz lint schemas clean
 
 help:
 	@echo "make build   - build $(BIN)"
 	@echo "make demo    - audit the shipped example traces (embedded NATS, offline explainer)"
 	@echo "make test    - unit, component and end-to-end tests, race detector on"
 	@echo "make bench   - evaluator and audit-batch benchmarks (figures on stdout)"
+	@echo "make fuzz    - every fuzz target for FUZZTIME each (default 30s)"
 	@echo "make lint    - gofmt and go vet"
 	@echo "make schemas - regenerate schemas/ from the Go types"
 
@@ -29,6 +30,9 @@ test-short:
 
 bench: build
 	bash scripts/bench.sh
+
+fuzz:
+	bash scripts/fuzz.sh
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/otlp"
@@ -27,18 +28,34 @@ func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []b
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	for _, c := range otlp.Convert(td) {
+	runs, rejected := otlp.Convert(td)
+	for _, c := range runs {
 		if err := publishRun(r.Context(), pub, c); err != nil {
 			http.Error(w, "the pipeline did not take the spans; retry: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 	}
-	if protobuf { // an empty ExportTraceServiceResponse
+	// Spans that could not be taken are reported as OTLP partial success,
+	// which exporters log: never dropped without a word.
+	resp := ptraceotlp.NewExportResponse()
+	if rejected > 0 {
+		resp.PartialSuccess().SetRejectedSpans(int64(rejected))
+		resp.PartialSuccess().SetErrorMessage(fmt.Sprintf("%d span(s) have no traceId", rejected))
+	}
+	var out []byte
+	if protobuf {
 		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.WriteHeader(http.StatusOK)
+		out, err = resp.MarshalProto()
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+		out, err = resp.MarshalJSON()
+	}
+	if err != nil {
+		http.Error(w, "encode the OTLP response: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{})
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
 }
 
 func publishRun(ctx context.Context, pub Publisher, c otlp.Converted) error {

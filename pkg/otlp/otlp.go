@@ -54,8 +54,10 @@ type span struct {
 }
 
 // Convert groups spans by trace id and maps the agent spans of each to
-// steps, ordered by start time. Traces without any agent span are dropped.
-func Convert(td ptrace.Traces) []Converted {
+// steps, ordered by start time. Traces without any agent span are not agent
+// runs and give nothing. Spans without a trace id are invalid OTLP: they are
+// counted in rejected, for the sender to be told.
+func Convert(td ptrace.Traces) (out []Converted, rejected int) {
 	byTrace := map[string][]span{}
 	var order []string
 	rss := td.ResourceSpans()
@@ -70,6 +72,10 @@ func Convert(td ptrace.Traces) []Converted {
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				s := spans.At(k)
+				if s.TraceID().IsEmpty() {
+					rejected++
+					continue
+				}
 				id := s.TraceID().String()
 				if _, ok := byTrace[id]; !ok {
 					order = append(order, id)
@@ -78,13 +84,12 @@ func Convert(td ptrace.Traces) []Converted {
 			}
 		}
 	}
-	var out []Converted
 	for _, id := range order {
 		if c, ok := convertTrace(id, byTrace[id]); ok {
 			out = append(out, c)
 		}
 	}
-	return out
+	return out, rejected
 }
 
 func convertTrace(id string, spans []span) (Converted, bool) {
@@ -261,8 +266,10 @@ func Parse(data []byte, lim trace.Limits) (*trace.Trace, error) {
 	if err != nil {
 		return nil, &trace.InvalidError{Problems: []trace.Problem{{Message: err.Error()}}}
 	}
-	cs := Convert(td)
+	cs, rejected := Convert(td)
 	switch {
+	case rejected > 0:
+		return nil, &trace.InvalidError{Problems: []trace.Problem{{Message: fmt.Sprintf("%d span(s) have no traceId: every span needs its trace's 16-byte id", rejected)}}}
 	case len(cs) == 0:
 		return nil, &trace.InvalidError{Problems: []trace.Problem{{Message: "no agent spans: expected gen_ai.* (OpenTelemetry GenAI) or openinference.span.kind attributes"}}}
 	case len(cs) > 1:

@@ -65,7 +65,7 @@ func steps(t *trace.Trace) []string {
 }
 
 func TestConvertMapsGenAIAndOpenInferenceSpans(t *testing.T) {
-	cs := Convert(agentRun(true))
+	cs, _ := Convert(agentRun(true))
 	require.Len(t, cs, 1)
 	c := cs[0]
 	assert.True(t, c.Complete, "the root span is there")
@@ -85,7 +85,7 @@ func TestConvertMapsGenAIAndOpenInferenceSpans(t *testing.T) {
 	assert.Equal(t, []any{map[string]any{"role": "user", "content": "hi"}, map[string]any{"role": "assistant", "content": "hello"}}, tr.Steps[4].Input)
 	assert.Equal(t, "2026-11-30T10:00:02Z", tr.Steps[2].Timestamp)
 
-	partial := Convert(agentRun(false))
+	partial, _ := Convert(agentRun(false))
 	require.Len(t, partial, 1)
 	assert.False(t, partial[0].Complete, "no root span yet: the run is still going")
 }
@@ -102,4 +102,17 @@ func TestParseOTLPJSONFile(t *testing.T) {
 	assert.ErrorContains(t, err, "no agent spans")
 	_, err = Parse([]byte(`{"resourceSpans": 7}`), trace.DefaultLimits())
 	assert.ErrorContains(t, err, "not an OTLP trace export")
+}
+
+// Spans without a trace id (found by FuzzOTLP) are rejected, never made a
+// trace with an empty id.
+func TestSpansWithoutTraceIDAreRejected(t *testing.T) {
+	doc := `{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"invoke_agent"}}]}]}]}]}`
+	td, err := Decode([]byte(doc), "application/json")
+	require.NoError(t, err)
+	runs, rejected := Convert(td)
+	assert.Empty(t, runs)
+	assert.Equal(t, 1, rejected)
+	_, err = Parse([]byte(doc), trace.DefaultLimits())
+	assert.ErrorContains(t, err, "1 span(s) have no traceId")
 }
