@@ -37,6 +37,24 @@ func startServe(t *testing.T, dir string, extra ...string) (natsURL, httpURL str
 	return readServeBanner(t, stdout, true)
 }
 
+// publishForDeadLetter publishes data on subject through JetStream and
+// returns the dead letter a stage makes of it.
+func publishForDeadLetter(t *testing.T, natsURL, subject string, data []byte) *nats.Msg {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	dlq, err := nc.SubscribeSync(bus.Wildcard(bus.StageDLQ))
+	require.NoError(t, err)
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	_, err = js.Publish(subject, data)
+	require.NoError(t, err)
+	dead, err := dlq.NextMsg(30 * time.Second)
+	require.NoError(t, err, "no dead letter for %s", subject)
+	return dead
+}
+
 // escaped lists what exists under dir outside reports/root and the data dir.
 func escaped(t *testing.T, dir string) []string {
 	t.Helper()
@@ -71,17 +89,9 @@ func TestTraceIDsCannotLeaveTheReportsFolder(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
 	assert.Contains(t, string(body), "a trace id is one name, not a path")
 
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
-	defer nc.Close()
-	dlq, err := nc.SubscribeSync(bus.Wildcard(bus.StageDLQ))
-	require.NoError(t, err)
-	js, err := nc.JetStream()
-	require.NoError(t, err)
-	_, err = js.Publish(bus.Subject(bus.StageTrace, "live"), []byte(`{"trace_id":"../../escaped-nats/pwned","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`))
-	require.NoError(t, err)
-	dead, err := dlq.NextMsg(30 * time.Second)
-	require.NoError(t, err, "the graph stage dead-letters the trace")
+	dead := publishForDeadLetter(t, natsURL, bus.Subject(bus.StageTrace, "live"),
+		[]byte(`{"trace_id":"../../escaped-nats/pwned","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`))
+	assert.Equal(t, "graph", dead.Header.Get(bus.HeaderStage))
 	assert.Contains(t, dead.Header.Get(bus.HeaderReason), "a trace id is one name, not a path")
 
 	// A valid id with characters a file name cannot hold is encoded, inside
@@ -188,17 +198,8 @@ func TestEmptyBodiesAndSlowClients(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, string(body), "the document is empty")
 
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
-	defer nc.Close()
-	dlq, err := nc.SubscribeSync(bus.Wildcard(bus.StageDLQ))
-	require.NoError(t, err)
-	js, err := nc.JetStream()
-	require.NoError(t, err)
-	_, err = js.Publish(bus.StepPrefix+"t-2", nil)
-	require.NoError(t, err)
-	dead, err := dlq.NextMsg(30 * time.Second)
-	require.NoError(t, err, "the streamer dead-letters it, and lives")
+	dead := publishForDeadLetter(t, natsURL, bus.StepPrefix+"t-2", nil)
+	assert.Equal(t, "streamer", dead.Header.Get(bus.HeaderStage), "the streamer dead-letters it, and lives")
 	assert.Contains(t, dead.Header.Get(bus.HeaderReason), "the document is empty")
 	resp, err = http.Get(httpURL + "/healthz")
 	require.NoError(t, err)

@@ -106,15 +106,21 @@ func TestConditionsCanDoNoIO(t *testing.T) {
 // rule error naming the rule and the bound, and the rest of the policy runs.
 func TestHostileConditionsAreBoundedFromInside(t *testing.T) {
 	tr := longTrace(t, 10_000)
-	cases := map[string]struct{ cond, want string }{
-		"scan of the whole trace per step": {"matches(text(steps), 'zzzqqq')", "budget"},
-		"repeat of the trace":              {"len(repeat(text(steps), 4000)) > 0", "repeat would build"},
-		"string reduce":                    {"len(reduce(steps, #acc + text(#), '')) < 0", "memory budget"},
-		"replace blow-up":                  {"len(replace(text(steps), 'a', text(steps))) > 0", "replace would build"},
-		"join of copies":                   {"len(join(map(1..1000, {text(steps)}), '')) > 0", "MiB"},
-		"doubling string":                  {"len(reduce(1..40, #acc + #acc, 'xxxxxxxxxxxxxxxx')) < 0", "memory budget"},
-		"busy loop":                        {"count(steps, {#.step_id == step.step_id}) < 0", "over the 300ms budget"},
-		"expr's own memory budget":         {"len(map(1..99999, {1..20})) < 0", "memory budget"},
+	// Time cases get a short budget; memory cases a long one, so only the
+	// memory bound can stop them (text(steps) alone is slow under -race).
+	const short, long = 300 * time.Millisecond, time.Minute
+	cases := map[string]struct {
+		cond, want string
+		budget     time.Duration
+	}{
+		"scan of the whole trace per step": {"matches(text(steps), 'zzzqqq')", "budget", short},
+		"quadratic loop":                   {"count(steps, {#.step_id == step.step_id}) < 0", "over the 300ms budget", short},
+		"repeat of the trace":              {"len(repeat(text(steps), 4000)) > 0", "repeat would build", long},
+		"string reduce":                    {"len(reduce(steps, #acc + text(#), '')) < 0", "memory budget", long},
+		"replace blow-up":                  {"len(replace(text(steps), 'a', text(steps))) > 0", "replace would build", long},
+		"join of copies":                   {"len(join(map(1..1000, {text(steps)}), '')) > 0", "MiB", long},
+		"doubling string":                  {"len(reduce(1..40, #acc + #acc, 'xxxxxxxxxxxxxxxx')) < 0", "memory budget", long},
+		"expr's own memory budget":         {"len(map(1..99999, {1..20})) < 0", "memory budget", long},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -123,12 +129,11 @@ func TestHostileConditionsAreBoundedFromInside(t *testing.T) {
 				{RuleID: "fine", Condition: "step_index == 9999"},
 			}}
 			require.Empty(t, p.normalize())
-			e, err := CompileWith(p, Options{Budget: 300 * time.Millisecond})
+			e, err := CompileWith(p, Options{Budget: c.budget})
 			require.NoError(t, err)
 			start := time.Now()
 			res := e.Evaluate(tr)
 			t.Logf("%s: %s", name, time.Since(start))
-			assert.Less(t, time.Since(start), 30*time.Second, "it ends")
 			require.Len(t, res.Violations, 1, "the well-behaved rule still runs")
 			require.NotEmpty(t, res.RuleErrors)
 			assert.Equal(t, "hostile", res.RuleErrors[0].RuleID)
