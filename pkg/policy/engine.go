@@ -334,8 +334,8 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 			if r.costly {
 				spent[j] += time.Since(start)
 				var be *BudgetError
-				if err != nil && !errors.As(err, &be) && strings.Contains(err.Error(), "memory budget exceeded") {
-					be = &BudgetError{Kind: "memory", Detail: "stopped: it allocated over expr's memory budget in one run (ranges, lists and maps it built); iterate smaller collections"}
+				if err != nil {
+					be = budgetError(err)
 				}
 				if be != nil || spent[j] > e.budget {
 					stopped[j] = true
@@ -360,6 +360,19 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 		}
 	}
 	return res
+}
+
+// budgetError is the bound that stopped a run, or nil: the meter's, or
+// expr's own allocation budget.
+func budgetError(err error) *BudgetError {
+	var be *BudgetError
+	if errors.As(err, &be) {
+		return be
+	}
+	if strings.Contains(err.Error(), "memory budget exceeded") {
+		return &BudgetError{Kind: "memory", Detail: "stopped: it allocated over expr's memory budget in one run (ranges, lists and maps it built); iterate smaller collections"}
+	}
+	return nil
 }
 
 func newEnv(t *trace.Trace) *Env {
