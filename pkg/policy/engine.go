@@ -67,7 +67,7 @@ type compiledRule struct {
 	program *vm.Program
 	guard   stepGuard
 	source  rewritten // to point runtime errors at the user's text
-	costly  bool      // loops, builds or scans text: timed against the budget
+	cost    cost      // how its runs are timed against the budget
 	decide  string    // when its verdict is certain in a streamed trace
 }
 
@@ -77,6 +77,7 @@ type Engine struct {
 	hash        string
 	rules       []compiledRule
 	traceGuards bool          // some rule can be ruled out once per trace
+	timed       bool          // some rule is timed
 	budget      time.Duration // per costly rule, per trace
 	memory      int64         // bytes one run may build
 }
@@ -112,13 +113,14 @@ func CompileWith(p *Policy, o Options) (*Engine, error) {
 			probs = append(probs, *prob)
 			continue
 		}
-		costly, err := safetyCheck(prog.Node())
+		c, err := safetyCheck(prog.Node())
 		if err != nil {
 			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
 			continue
 		}
-		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, costly: costly, decide: decideWhen(prog.Node())}
+		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, cost: c, decide: decideWhen(prog.Node())}
 		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
+		e.timed = e.timed || c != costFlat
 		e.rules = append(e.rules, cr)
 	}
 	if len(probs) > 0 {
@@ -159,7 +161,7 @@ func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 		expr.Function("join", joinHelper, new(func(*meter, any) string), new(func(*meter, any, string) string)),
 		expr.Function(tickName, tick, new(func(*meter, any) any)),
 		expr.Patch(patternCompiler{errs: &patternErrs}),
-		expr.Patch(meterPatch{}),
+		expr.Patch(meterPatch{wrapped: map[*ast.PredicateNode]bool{}}),
 	)
 	if err == nil && len(patternErrs) > 0 {
 		err = patternErrs[0]
@@ -248,7 +250,7 @@ func (e *Engine) EvaluateRule(t *trace.Trace, rule, i int) (Violation, bool, *Ru
 		return Violation{}, false, nil
 	}
 	env.Meter = newMeter(context.Background(), e.budget, e.memory)
-	env.Meter.start(e.budget)
+	env.Meter.start(time.Now(), e.budget)
 	var machine vm.VM
 	out, err := machine.Run(r.program, env)
 	if err != nil {
@@ -311,10 +313,18 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 	}
 	spent := make([]time.Duration, len(rules))
 	stopped := make([]bool, len(rules))
+	// At most one clock read per run: a run starts when the previous timed
+	// one ended (the cheap rules between them cost microseconds, and count
+	// toward the next timed rule). A helper-only rule's run that did little
+	// work (a regexp over one step's input) is not timed at all.
+	var last time.Time
 	for i := from; i < to; i++ {
 		s := t.Steps[i]
 		env.at(t, i)
 		cancelled := ctx.Err() != nil
+		if e.timed {
+			last = time.Now()
+		}
 		for j, r := range rules {
 			if stopped[j] || r.guard.skips(i, s) {
 				continue
@@ -325,14 +335,14 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 					Error: "stopped: the evaluation was cancelled (" + context.Cause(ctx).Error() + ")"})
 				continue
 			}
-			var start time.Time
-			if r.costly {
-				start = time.Now()
-				m.start(e.budget - spent[j])
+			if r.cost != costFlat {
+				m.start(last, e.budget-spent[j])
 			}
 			out, err := machine.Run(r.program, env)
-			if r.costly {
-				spent[j] += time.Since(start)
+			if r.cost == costLoops || r.cost == costHelpers && (m.runWork >= cheapRun || err != nil) {
+				now := time.Now()
+				spent[j] += now.Sub(last)
+				last = now
 				var be *BudgetError
 				if err != nil {
 					be = budgetError(err)

@@ -99,10 +99,10 @@ func matches(params ...any) (any, error) {
 		return nil, fmt.Errorf("matches: the pattern must be a string, not %T", params[1])
 	}
 	if m != nil {
-		if err := m.check(); err != nil {
-			return nil, err
-		}
 		if s, ok := params[0].(string); ok {
+			if err := m.spend(len(s)); err != nil {
+				return nil, err
+			}
 			return pm.Match(s), nil
 		}
 		if pm.ruledOut(params[0]) {
@@ -110,6 +110,9 @@ func matches(params ...any) (any, error) {
 		}
 		t, err := m.text(params[0])
 		if err != nil {
+			return nil, err
+		}
+		if err := m.spend(len(t)); err != nil {
 			return nil, err
 		}
 		return pm.Match(t), nil
@@ -133,7 +136,7 @@ func text(params ...any) (any, error) {
 // of steps is remembered for the rest of the trace, so text(steps) on every
 // step costs one rendering, not one per step.
 func (m *meter) text(v any) (string, error) {
-	if err := m.check(); err != nil {
+	if err := m.spend(iterationWork); err != nil {
 		return "", err
 	}
 	steps, isSteps := v.([]*trace.Step)
@@ -145,10 +148,8 @@ func (m *meter) text(v any) (string, error) {
 		}
 	}
 	s := Text(v)
-	if len(s) >= bigValue {
-		if err := m.grow(len(s)); err != nil {
-			return "", err
-		}
+	if err := m.grow(len(s)); err != nil {
+		return "", err
 	}
 	if isSteps && len(steps) > 0 && m.memoBytes+len(s) <= memoMaxTextBytes {
 		if m.memo == nil {

@@ -29,8 +29,16 @@ const (
 	tickName  = "__tick"
 )
 
-// checkEvery is how many loop iterations pass between clock reads.
-const checkEvery = 512
+// Work is counted in units of about a byte of text scanned or built; a
+// loop iteration counts iterationWork. The clock is read once checkWork
+// units have passed since the last read, so cheap runs never read it.
+const (
+	iterationWork = 128
+	checkWork     = 64 << 10
+	// cheapRun is the work under which a helper-only run is not timed:
+	// microseconds, however many steps it runs on.
+	cheapRun = 16 << 10
+)
 
 // bigValue is the size from which a string a loop body or `+` makes is
 // counted against the memory budget (smaller ones are already in the trace
@@ -57,7 +65,8 @@ type meter struct {
 	deadline  time.Time // of the rule now running
 	budget    time.Duration
 	maxBytes  int64
-	ticks     uint
+	work      int   // units since the clock was last read
+	runWork   int   // units in the current run
 	bytes     int64 // built by the current run
 	stop      *BudgetError
 	memo      map[textKey]string // text() of step lists, per trace
@@ -76,10 +85,11 @@ func newMeter(ctx context.Context, budget time.Duration, maxBytes int64) *meter 
 	return &meter{ctx: ctx, budget: budget, maxBytes: maxBytes}
 }
 
-// start readies the meter for one run of a rule that has left time left.
-func (m *meter) start(left time.Duration) {
-	m.deadline = time.Now().Add(left)
-	m.bytes, m.ticks, m.stop = 0, 0, nil
+// start readies the meter for one run, begun at now, of a rule that has
+// left time left.
+func (m *meter) start(now time.Time, left time.Duration) {
+	m.deadline = now.Add(left)
+	m.bytes, m.work, m.runWork, m.stop = 0, 0, 0, nil
 }
 
 // check stops the run when a bound is spent.
@@ -101,35 +111,51 @@ func (m *meter) check() error {
 	return m.stop
 }
 
+// spend counts work about to be done, and reads the clock when enough has
+// been done since the last read.
+func (m *meter) spend(work int) error {
+	if m.stop != nil {
+		return m.stop
+	}
+	m.runWork += work
+	if m.work += work; m.work < checkWork {
+		return nil
+	}
+	m.work = 0
+	return m.check()
+}
+
 // grow counts n bytes a helper is about to build, refusing them when they
 // would pass the budget.
 func (m *meter) grow(n int) error {
 	m.bytes += int64(n)
-	return m.check()
+	if m.bytes > m.maxBytes {
+		return m.check()
+	}
+	return m.spend(n)
 }
 
-// tick is called with the value of every loop body and `+`: it counts big
-// strings and reads the clock every checkEvery calls.
+// tick is called with the value of every loop body and `+`: it counts the
+// iteration, and big strings against the memory budget.
 func tick(params ...any) (any, error) {
 	m, v := params[0].(*meter), params[1]
 	if m == nil {
 		return v, nil
 	}
-	m.ticks++
 	if s, ok := v.(string); ok && len(s) >= bigValue {
-		m.bytes += int64(len(s))
-		return v, m.check()
+		return v, m.grow(len(s))
 	}
-	if m.ticks%checkEvery == 0 || m.stop != nil {
-		return v, m.check()
-	}
-	return v, nil
+	return v, m.spend(iterationWork)
 }
 
-// meterPatch threads the meter through a compiled condition: predicate
-// bodies and `+` go through tick, and metered helpers get it as their first
-// argument.
-type meterPatch struct{}
+// meterPatch threads the meter through a compiled condition: bodies of
+// loops nested in other loops and every `+` go through tick, and metered
+// helpers get it as their first argument. A loop that is not nested costs
+// at most the size of its collection per run (the trace's steps, a list in
+// it, a range that expr's own budget bounds), which the time measured
+// between runs catches; ticking it too would cost every policy an extra
+// call per iteration.
+type meterPatch struct{ wrapped map[*ast.PredicateNode]bool }
 
 // meteredHelpers take the meter as their first argument.
 var meteredHelpers = map[string]bool{
@@ -139,13 +165,28 @@ var meteredHelpers = map[string]bool{
 
 func meterIdent() ast.Node { return &ast.IdentifierNode{Value: meterName} }
 
-func (meterPatch) Visit(node *ast.Node) {
+func (p meterPatch) Visit(node *ast.Node) {
 	switch x := (*node).(type) {
-	case *ast.PredicateNode:
-		body := x.Node
-		call := &ast.CallNode{Callee: &ast.IdentifierNode{Value: tickName}, Arguments: []ast.Node{meterIdent(), body}}
-		call.SetLocation(body.Location())
-		x.Node = call
+	case *ast.BuiltinNode:
+		outer := predicateOf(x)
+		if outer == nil {
+			return
+		}
+		ast.Walk(&outer, visitor(func(n ast.Node) {
+			inner, ok := n.(*ast.BuiltinNode)
+			if !ok || inner == x {
+				return
+			}
+			for _, a := range inner.Arguments {
+				if pred, ok := a.(*ast.PredicateNode); ok && !p.wrapped[pred] {
+					p.wrapped[pred] = true
+					body := pred.Node
+					call := &ast.CallNode{Callee: &ast.IdentifierNode{Value: tickName}, Arguments: []ast.Node{meterIdent(), body}}
+					call.SetLocation(body.Location())
+					pred.Node = call
+				}
+			}
+		}))
 	case *ast.BinaryNode:
 		if x.Operator != "+" {
 			return

@@ -23,18 +23,31 @@ const (
 // cost the same on every step and are not timed.
 const DefaultBudget = 2 * time.Second
 
+// How much a rule's run may cost, and so how it is timed.
+type cost uint8
+
+const (
+	costFlat    cost = iota // compares fields of the step: never timed
+	costHelpers             // scans or builds text: timed when a run did real work
+	costLoops               // iterates: every run is timed
+)
+
 // safetyCheck reads a compiled condition: it refuses nesting and ranges beyond
-// the bounds, and says whether the rule is costly (loops, builds or scans
-// text), and so timed.
-func safetyCheck(root ast.Node) (costly bool, err error) {
+// the bounds, and says what the rule may cost.
+func safetyCheck(root ast.Node) (c cost, err error) {
 	var preds []*ast.BuiltinNode
 	var rangeErr error
 	aliases := stepAliases(root)
 	ast.Walk(&root, visitor(func(n ast.Node) {
 		switch x := n.(type) {
 		case *ast.CallNode:
-			if id, ok := x.Callee.(*ast.IdentifierNode); ok && (id.Value == tickName || meteredHelpers[id.Value]) {
-				costly = true
+			if id, ok := x.Callee.(*ast.IdentifierNode); ok {
+				switch {
+				case id.Value == tickName:
+					c = costLoops
+				case meteredHelpers[id.Value]:
+					c = max(c, costHelpers)
+				}
 			}
 			// Only troy's helpers and expr's builtins are callable, never
 			// methods of the Go values behind steps and traces.
@@ -56,17 +69,20 @@ func safetyCheck(root ast.Node) (costly bool, err error) {
 		}
 	}))
 	if rangeErr != nil {
-		return false, rangeErr
+		return costFlat, rangeErr
 	}
 	for _, p := range preds {
 		if d := nesting(p); d > maxNesting {
-			return false, fmt.Errorf("predicates nested %d deep (at most %d): flatten the condition", d, maxNesting)
+			return costFlat, fmt.Errorf("predicates nested %d deep (at most %d): flatten the condition", d, maxNesting)
 		}
 		if stepsInside(p, aliases) {
-			return false, fmt.Errorf("a predicate over the steps inside another loop (e.g. any_next inside any_step, or any_step inside any(1..n, …)) costs the trace's length times the loop's on every step; test the steps in one pass, or use prev_step/next_step")
+			return costFlat, fmt.Errorf("a predicate over the steps inside another loop (e.g. any_next inside any_step, or any_step inside any(1..n, …)) costs the trace's length times the loop's on every step; test the steps in one pass, or use prev_step/next_step")
 		}
 	}
-	return costly || len(preds) > 0, nil
+	if len(preds) > 0 {
+		c = costLoops
+	}
+	return c, nil
 }
 
 // nesting is how deep predicates nest from p down (1 for p alone).
