@@ -249,8 +249,10 @@ func (e *Engine) EvaluateRule(t *trace.Trace, rule, i int) (Violation, bool, *Ru
 	if r.guard.skipsTrace(env) || r.guard.skips(i, s) {
 		return Violation{}, false, nil
 	}
-	env.Meter = newMeter(context.Background(), e.budget, e.memory)
-	env.Meter.start(time.Now(), e.budget)
+	if r.cost != costFlat {
+		env.Meter = newMeter(context.Background(), e.budget, e.memory)
+		env.Meter.start(time.Now(), e.budget)
+	}
 	var machine vm.VM
 	out, err := machine.Run(r.program, env)
 	if err != nil {
