@@ -238,7 +238,7 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			}
 			sink := func(o auditor.Outcome) error {
 				if o.Entry.Status == report.StatusAudited {
-					dir, err := report.Path(outDir, o.Entry.TraceID)
+					dir, err := report.TraceDir(outDir, f.modes, o.Entry.TraceID)
 					if err != nil {
 						return err
 					}

@@ -115,6 +115,10 @@ func TestTraceIDsCannotLeaveTheReportsFolder(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(in, "chat.json"), []byte(`{"id":"../escaped-batch/pwned","messages":[{"role":"user","content":"hi"}]}`), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(in, "long.json"), []byte(`{"trace_id":"`+strings.Repeat("l", 300)+`","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(in, "ok.json"), []byte(`{"trace_id":"fine","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`), 0o644))
+	// ids that are the names of the batch's own files (found by probing)
+	for _, id := range []string{"batch.json", "summary.md"} {
+		require.NoError(t, os.WriteFile(filepath.Join(in, id+".json"), []byte(`{"trace_id":"`+id+`","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`), 0o644))
+	}
 	_, policy := examples(t)
 	r := troy(t, work, "audit-batch", "in", policy, "--out-dir", "out")
 	assert.Equal(t, 1, r.code, "rejected inputs exit 1: %s", r.stderr)
@@ -122,8 +126,11 @@ func TestTraceIDsCannotLeaveTheReportsFolder(t *testing.T) {
 	assert.Contains(t, r.stderr, "rejected long.json: trace_id: is 300 bytes, over the 255-byte limit")
 	var b struct{ Audited, Rejected int }
 	require.NoError(t, json.Unmarshal(read(t, work, "out/batch.json"), &b))
-	assert.Equal(t, 1, b.Audited, "the valid trace is still audited")
+	assert.Equal(t, 3, b.Audited, "the valid traces are still audited")
 	assert.Equal(t, 2, b.Rejected)
+	assert.Contains(t, string(read(t, work, "out/summary.md")), "summary.md")
+	_, err = os.Stat(filepath.Join(work, "out", "%62atch.json", "audit.json"))
+	assert.NoError(t, err)
 
 	assert.Empty(t, escaped(t, dir), "nothing is written outside the reports folders")
 }

@@ -34,17 +34,21 @@ func ListDir(dir string) (files []string, inputs int, err error) {
 		if e.IsDir() || strings.HasPrefix(name, ".") {
 			continue
 		}
-		switch strings.ToLower(filepath.Ext(name)) {
-		case ".json":
+		ext := strings.ToLower(filepath.Ext(name))
+		if ext != ".json" && ext != ".jsonl" {
+			continue
+		}
+		switch _, err := regularFile(filepath.Join(dir, name)); {
+		case err != nil:
+			inputs++ // one rejected input, read as such by ReadDir
+		case ext == ".json":
 			inputs++
-		case ".jsonl":
+		default:
 			n, err := countLines(filepath.Join(dir, name))
 			if err != nil {
-				return nil, 0, fmt.Errorf("read %s: %w", name, err)
+				n = 1 // ReadDir reports it
 			}
-			inputs += n
-		default:
-			continue
+			inputs += max(n, 1)
 		}
 		files = append(files, name)
 	}
@@ -123,6 +127,12 @@ func ReadDir(dir string, files []string, maxBytes int) iter.Seq[Input] {
 	return func(yield func(Input) bool) {
 		for _, name := range files {
 			path := filepath.Join(dir, name)
+			if _, err := regularFile(path); err != nil {
+				if !yield(Input{Source: name, Err: err}) {
+					return
+				}
+				continue
+			}
 			if strings.EqualFold(filepath.Ext(name), ".jsonl") {
 				f, err := os.Open(path)
 				if err != nil {
@@ -166,6 +176,26 @@ func readFile(name, path string, maxBytes int) Input {
 	if st, err := f.Stat(); err == nil && maxBytes > 0 && st.Size() > int64(maxBytes) {
 		return Input{Source: name, Err: tooLarge(st.Size(), maxBytes)}
 	}
-	data, err := io.ReadAll(f)
+	var r io.Reader = f
+	if maxBytes > 0 { // the file may grow after Stat
+		r = io.LimitReader(f, int64(maxBytes)+1)
+	}
+	data, err := io.ReadAll(r)
+	if maxBytes > 0 && len(data) > maxBytes {
+		return Input{Source: name, Err: tooLarge(int64(len(data)), maxBytes)}
+	}
 	return Input{Source: name, Data: data, Err: err}
+}
+
+// regularFile checks, without opening it (opening a FIFO blocks), that
+// path is a regular file or a link to one.
+func regularFile(path string) (os.FileInfo, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s): only files are read", filepath.Base(path), st.Mode().Type())
+	}
+	return st, nil
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -93,4 +94,30 @@ func TestOversizedInputsAreRejectedOneByOne(t *testing.T) {
 	c, err := countLines(long)
 	require.NoError(t, err)
 	assert.Equal(t, 2, c)
+}
+
+// Files that are not files (found by probing): a dangling link aborted the
+// batch, a FIFO hung it, /dev/zero ran it out of memory. Each is one
+// rejected input now.
+func TestSpecialFilesAreRejectedOneByOne(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ok.json"), []byte(`{"n":1}`), 0o644))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, "broken.jsonl")))
+	require.NoError(t, os.Symlink("/dev/zero", filepath.Join(dir, "zero.json")))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "pipe.json"), 0o644))
+	files, n, err := ListDir(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 4, n)
+	got := map[string]string{}
+	for in := range ReadDir(dir, files, 1<<20) {
+		if in.Err != nil {
+			got[in.Source] = in.Err.Error()
+		} else {
+			got[in.Source] = string(in.Data)
+		}
+	}
+	assert.Equal(t, `{"n":1}`, got["ok.json"])
+	assert.Contains(t, got["broken.jsonl"], "no such file")
+	assert.Contains(t, got["pipe.json"], "is not a regular file")
+	assert.Contains(t, got["zero.json"], "is not a regular file")
 }

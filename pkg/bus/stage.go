@@ -56,6 +56,11 @@ func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handl
 	return Consume(ctx, cons, wrapped, ConsumeConfig{Workers: workers, Log: log})
 }
 
+// MaxSubjectBytes bounds the subjects troy publishes on: a line longer than
+// the server's max_control_line (4 KiB by default) makes it close the
+// connection, and every service on it stops.
+const MaxSubjectBytes = 1024
+
 // Out is one message a stage publishes.
 type Out struct {
 	Subject string
@@ -66,6 +71,10 @@ type Out struct {
 
 // Publish sends a message and waits for JetStream to store it.
 func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
+	if len(o.Subject) > MaxSubjectBytes {
+		// the server would close the whole connection over it
+		return Permanentf("subject of %d bytes (%.40s…), over the %d-byte limit", len(o.Subject), o.Subject, MaxSubjectBytes)
+	}
 	m := nats.NewMsg(o.Subject)
 	m.Data = o.Data
 	for k, v := range o.Header {

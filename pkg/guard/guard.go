@@ -101,6 +101,12 @@ func (r *Request) Validate() error {
 	default:
 		return fmt.Errorf("%w: mode %q is not enforce or monitor", ErrBadRequest, r.Mode)
 	}
+	if r.SessionID != "" {
+		// a session id names a KV key (and so a subject): bounded and printable
+		if err := trace.ValidateID(r.SessionID); err != nil {
+			return fmt.Errorf("%w: session_id %v", ErrBadRequest, err)
+		}
+	}
 	for i, s := range r.History {
 		if s == nil || s.StepID == "" || s.Type == "" {
 			return fmt.Errorf("%w: history[%d] needs step_id and type", ErrBadRequest, i)

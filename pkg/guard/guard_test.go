@@ -336,3 +336,56 @@ func TestRemoteErrorsNeverAllow(t *testing.T) {
 		assert.Equal(t, guard.Allow, d.Decision, "FailOpen allows when no guard answered: %s", path)
 	}
 }
+
+type brokenSessions struct{}
+
+func (brokenSessions) History(context.Context, string) ([]*trace.Step, error) { return nil, nil }
+func (brokenSessions) Append(context.Context, string, *trace.Step) error {
+	return fmt.Errorf("nats: maximum payload exceeded")
+}
+
+// A guard that answers "I failed closed" is a guard that answered: a FailOpen
+// client still blocks (it allowed before, reading the 503 as unreachable).
+// Found by probing: an action too large to record in the session.
+func TestFailedClosedAnswersAreNotUnreachable(t *testing.T) {
+	local := &guard.Local{Policies: guard.Static{E: engine(t, policyYAML)}, Sessions: brokenSessions{}}
+	web := httptest.NewServer(httpapi.Guard(local))
+	defer web.Close()
+	c := &guard.HTTP{URL: web.URL, Opts: guard.RemoteOptions{FailOpen: true}}
+	d, err := c.Check(context.Background(), guard.Request{SessionID: "s", Action: listDocs})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision)
+	assert.Contains(t, d.Reason, "record the allowed action")
+}
+
+// Probing found that a 5,000-byte session id, put into a KV subject, made
+// the server close troy's NATS connection for good. Ids are bounded.
+func TestSessionIDsAreBounded(t *testing.T) {
+	srv, store := startGuard(t)
+	store.SetDefault("guard-test")
+	n := &guard.NATS{Conn: srv.NC}
+	d, err := n.Check(context.Background(), guard.Request{SessionID: strings.Repeat("S", 5000), Action: listDocs})
+	assert.ErrorIs(t, err, guard.ErrBadRequest)
+	assert.ErrorContains(t, err, "session_id is 5000 bytes, over the 255-byte limit")
+	assert.Equal(t, guard.Block, d.Decision)
+	d, err = n.Check(context.Background(), guard.Request{SessionID: "after", Action: listDocs})
+	require.NoError(t, err, "the guard still answers")
+	assert.Equal(t, guard.Allow, d.Decision)
+	assert.True(t, srv.NC.IsConnected())
+}
+
+// Rule errors are capped per rule: 100 failing on_error: allow rules do not
+// push out the one error that must block (it allowed before).
+func TestManyRuleErrorsDoNotHideABlockingOne(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("policy_id: cap\nrules:\n")
+	for i := range 101 {
+		fmt.Fprintf(&b, "  - rule_id: noisy-%d\n    condition: step.input.n + 1 > 0\n    on_error: allow\n", i)
+	}
+	b.WriteString("  - rule_id: big-payment\n    condition: step.name == 'pay' and step.input.amount > 1000\n")
+	g := &guard.Local{Policies: guard.Static{E: engine(t, b.String())}}
+	d, err := g.Check(context.Background(), guard.Request{Action: guard.Action{Name: "pay", Input: map[string]any{"amount": "5000"}}})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision)
+	assert.Contains(t, d.Reason, "rule big-payment could not be evaluated")
+}

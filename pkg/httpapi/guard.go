@@ -15,7 +15,9 @@ import (
 const maxGuardRequest = 8 << 20
 
 // Guard handles POST /v1/guard/check: a guard.Request in, a guard.Decision
-// out (200), or {"error": …} with 400 for a request that cannot be checked.
+// out (200; block with a reason when the guard failed closed), or
+// {"error": …} with 400 for a request that cannot be checked and 422 for an
+// unknown or invalid policy.
 func Guard(g guard.Guard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxGuardRequest))
@@ -34,9 +36,10 @@ func Guard(g guard.Guard) http.Handler {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: err.Error()})
 		case errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid):
 			writeJSON(w, http.StatusUnprocessableEntity, Problem{Error: err.Error()})
-		case err != nil: // the guard itself is failing: remote clients fail closed on 5xx
-			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: err.Error()})
 		default:
+			// the decision, also when the guard failed closed (block, with
+			// the reason): a guard answered, so a FailOpen client must not
+			// read it as unreachable
 			writeJSON(w, http.StatusOK, d)
 		}
 	})

@@ -127,7 +127,13 @@ func convertTrace(id string, spans []span) (Converted, bool) {
 	}
 	for _, st := range t.Steps { // nearest kept ancestor
 		p := parent[st.StepID]
-		for p != "" && !kept[p] {
+		// a parent chain that loops through spans troy skips ends the
+		// walk after as many hops as there are spans: no kept ancestor
+		for hops := 0; p != "" && !kept[p]; hops++ {
+			if hops > len(spans) {
+				p = ""
+				break
+			}
 			p = parent[p]
 		}
 		st.ParentStepID = p
@@ -280,5 +286,11 @@ func Parse(data []byte, lim trace.Limits) (*trace.Trace, error) {
 	if lim.MaxSteps > 0 && len(t.Steps) > lim.MaxSteps {
 		return nil, &trace.InvalidError{TraceID: t.TraceID, Problems: []trace.Problem{{Message: fmt.Sprintf("%d steps, over the %d-step limit", len(t.Steps), lim.MaxSteps)}}}
 	}
-	return t, nil
+	// The converted trace is checked like any other (parent cycles among
+	// agent spans, timestamps, ids): a stage never trusts a converter.
+	canonical, err := json.Marshal(t)
+	if err != nil {
+		return nil, &trace.InvalidError{TraceID: t.TraceID, Problems: []trace.Problem{{Message: "convert: " + err.Error()}}}
+	}
+	return trace.Parse(canonical, trace.Limits{MaxSteps: lim.MaxSteps})
 }

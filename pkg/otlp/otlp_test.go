@@ -116,3 +116,33 @@ func TestSpansWithoutTraceIDAreRejected(t *testing.T) {
 	_, err = Parse([]byte(doc), trace.DefaultLimits())
 	assert.ErrorContains(t, err, "1 span(s) have no traceId")
 }
+
+// A parent-span cycle through spans troy skips looped forever (found by
+// probing); one among agent spans is rejected like any parent cycle.
+func TestParentSpanCycles(t *testing.T) {
+	const skipped = `{"resourceSpans":[{"scopeSpans":[{"spans":[
+ {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"aaaaaaaaaaaaaaaa","parentSpanId":"aaaaaaaaaaaaaaaa","name":"plain","startTimeUnixNano":"1000"},
+ {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"cccccccccccccccc","parentSpanId":"aaaaaaaaaaaaaaaa","name":"tool","startTimeUnixNano":"1500",
+  "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.tool.name","value":{"stringValue":"bash"}}]}]}]}]}`
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr, err := Parse([]byte(skipped), trace.DefaultLimits())
+		require.NoError(t, err)
+		require.Len(t, tr.Steps, 1)
+		assert.Empty(t, tr.Steps[0].ParentStepID, "no agent span above it")
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("conversion did not end")
+	}
+
+	tool := func(id, parent string) string {
+		return `{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"` + id + `","parentSpanId":"` + parent + `","name":"t","startTimeUnixNano":"1000",
+  "attributes":[{"key":"gen_ai.operation.name","value":{"stringValue":"execute_tool"}},{"key":"gen_ai.tool.name","value":{"stringValue":"bash"}}]}`
+	}
+	kept := `{"resourceSpans":[{"scopeSpans":[{"spans":[` + tool("aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb") + "," + tool("bbbbbbbbbbbbbbbb", "aaaaaaaaaaaaaaaa") + `]}]}]}`
+	_, err := Parse([]byte(kept), trace.DefaultLimits())
+	assert.ErrorContains(t, err, "parent links form a cycle")
+}

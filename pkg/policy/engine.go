@@ -59,7 +59,9 @@ type Result struct {
 	RuleErrors []RuleError `json:"rule_errors"`
 }
 
-// maxRuleErrors bounds what one broken rule can add to a report.
+// maxRuleErrors bounds what one broken rule can add to a report. It is per
+// rule, so one noisy rule never hides another's error (the guard blocks on
+// any of them).
 const maxRuleErrors = 100
 
 type compiledRule struct {
@@ -156,10 +158,13 @@ func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 		expr.DisableBuiltin("repeat"),
 		expr.DisableBuiltin("replace"),
 		expr.DisableBuiltin("join"),
+		expr.DisableBuiltin("toJSON"),
+		expr.Function("toJSON", toJSONHelper, new(func(*meter, any) string)),
 		expr.Function("repeat", repeatHelper, new(func(*meter, string, int) string)),
 		expr.Function("replace", replaceHelper, new(func(*meter, string, string, string) string)),
 		expr.Function("join", joinHelper, new(func(*meter, any) string), new(func(*meter, any, string) string)),
 		expr.Function(tickName, tick, new(func(*meter, any) any)),
+		expr.Function(heavyTickName, heavyTick, new(func(*meter, any) any)),
 		expr.Patch(patternCompiler{errs: &patternErrs}),
 		expr.Patch(meterPatch{wrapped: map[*ast.PredicateNode]bool{}}),
 	)
@@ -313,8 +318,7 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 			}
 		}
 	}
-	spent := make([]time.Duration, len(rules))
-	stopped := make([]bool, len(rules))
+	state := make([]ruleState, len(rules))
 	// At most one clock read per run: a run starts when the previous timed
 	// one ended (the cheap rules between them cost microseconds, and count
 	// toward the next timed rule). A helper-only rule's run that did little
@@ -328,31 +332,31 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 			last = time.Now()
 		}
 		for j, r := range rules {
-			if stopped[j] || r.guard.skips(i, s) {
+			if state[j].stopped || r.guard.skips(i, s) {
 				continue
 			}
 			if cancelled {
-				stopped[j] = true
+				state[j].stopped = true
 				res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i,
 					Error: "stopped: the evaluation was cancelled (" + context.Cause(ctx).Error() + ")"})
 				continue
 			}
 			if r.cost != costFlat {
-				m.start(last, e.budget-spent[j])
+				m.start(last, e.budget-state[j].spent)
 			}
 			out, err := machine.Run(r.program, env)
 			if r.cost == costLoops || r.cost == costHelpers && (m.runWork >= cheapRun || err != nil) {
 				now := time.Now()
-				spent[j] += now.Sub(last)
+				state[j].spent += now.Sub(last)
 				last = now
 				var be *BudgetError
 				if err != nil {
 					be = budgetError(err)
 				}
-				if be != nil || spent[j] > e.budget {
-					stopped[j] = true
+				if be != nil || state[j].spent > e.budget {
+					state[j].stopped = true
 					msg := fmt.Sprintf("stopped after %s on this trace, over the %s budget: its cost grows with the trace's length; simplify the condition",
-						spent[j].Round(time.Millisecond), e.budget)
+						state[j].spent.Round(time.Millisecond), e.budget)
 					if be != nil && be.Kind != "time" {
 						msg = be.Detail
 					}
@@ -361,7 +365,7 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 				}
 			}
 			if err != nil {
-				if len(res.RuleErrors) < maxRuleErrors {
+				if state[j].errors++; state[j].errors <= maxRuleErrors {
 					res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: r.errorText(err)})
 				}
 				continue
@@ -371,7 +375,21 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 			}
 		}
 	}
+	for j, st := range state {
+		if n := st.errors; n > maxRuleErrors {
+			last := res.RuleErrors[len(res.RuleErrors)-1]
+			res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: rules[j].RuleID, StepID: last.StepID, StepIndex: last.StepIndex,
+				Error: fmt.Sprintf("… and %d more errors of this rule on this trace (the first %d are listed)", n-maxRuleErrors, maxRuleErrors)})
+		}
+	}
 	return res
+}
+
+// ruleState is what one evaluation knows of a rule so far.
+type ruleState struct {
+	spent   time.Duration // timed runs on this trace
+	stopped bool          // by a bound: skipped from then on
+	errors  int
 }
 
 // budgetError is the bound that stopped a run, or nil: the meter's, or

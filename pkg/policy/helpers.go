@@ -139,6 +139,12 @@ func (m *meter) text(v any) (string, error) {
 	if err := m.spend(iterationWork); err != nil {
 		return "", err
 	}
+	switch v.(type) {
+	case []any, map[string]any: // may repeat the whole trace many times over
+		if _, over := sizeOf(v, maxBuild); over {
+			return "", &BudgetError{Kind: "memory", Detail: fmt.Sprintf("text would build more than the %d MiB one value may have", maxBuild>>20)}
+		}
+	}
 	steps, isSteps := v.([]*trace.Step)
 	var key textKey
 	if isSteps && len(steps) > 0 {
@@ -163,6 +169,77 @@ func (m *meter) text(v any) (string, error) {
 
 // maxBuild bounds one string a helper builds, whatever the memory budget.
 const maxBuild = 64 << 20
+
+// sizeOf estimates the JSON size of v, stopping (over) once it passes
+// limit, without building anything.
+func sizeOf(v any, limit int) (n int, over bool) {
+	var walk func(v any, depth int)
+	walk = func(v any, depth int) {
+		if n > limit || depth > maxTextDepth {
+			return
+		}
+		switch x := v.(type) {
+		case nil, bool:
+			n += 5
+		case string:
+			n += len(x) + 2
+		case float64, int, int64:
+			n += 8
+		case []any:
+			n += 2 + len(x)
+			for _, e := range x {
+				walk(e, depth+1)
+			}
+		case map[string]any:
+			n += 2
+			for k, e := range x {
+				n += len(k) + 4
+				walk(e, depth+1)
+			}
+		case []*trace.Step:
+			n += 2 + len(x)
+			for _, s := range x {
+				walk(s, depth+1)
+			}
+		case *trace.Step:
+			if x == nil {
+				n += 4
+				return
+			}
+			n += 120 + len(x.StepID) + len(x.Name) + len(x.Description) + len(x.Timestamp) + len(x.ParentStepID)
+			walk(x.Input, depth+1)
+			walk(x.Output, depth+1)
+			walk(x.Metadata, depth+1)
+		default:
+			n += 64
+		}
+	}
+	walk(v, 0)
+	return n, n > limit
+}
+
+// toJSON(x) is expr's builtin (indented JSON), refused when it would build
+// more than one value may have.
+func toJSONHelper(params ...any) (any, error) {
+	m, params := meterOf(params)
+	if len(params) != 1 {
+		return nil, fmt.Errorf("toJSON takes 1 argument, got %d", len(params))
+	}
+	size, over := sizeOf(params[0], maxBuild/2) // indentation can double it
+	if over {
+		return nil, &BudgetError{Kind: "memory", Detail: fmt.Sprintf("toJSON would build more than the %d MiB one value may have", maxBuild>>20)}
+	}
+	if m != nil {
+		if err := m.grow(2 * size); err != nil {
+			return nil, err
+		}
+	}
+	b, err := json.MarshalIndent(params[0], "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("toJSON: %w", err)
+	}
+	return string(b), nil
+}
 
 // repeat(s, n), replace(s, old, new) and join(list[, sep]) are expr's
 // builtins with their size known, and refused, before they build anything.

@@ -121,6 +121,11 @@ func TestHostileConditionsAreBoundedFromInside(t *testing.T) {
 		"join of copies":                   {"len(join(map(1..1000, {text(steps)}), '')) > 0", "MiB", long},
 		"doubling string":                  {"len(reduce(1..40, #acc + #acc, 'xxxxxxxxxxxxxxxx')) < 0", "memory budget", long},
 		"expr's own memory budget":         {"len(map(1..99999, {1..20})) < 0", "memory budget", long},
+		// found by probing: a builtin made a rule look flat, untimed
+		"toJSON of the trace per step": {"len(toJSON(steps)) < 0", "over the 300ms budget", short},
+		"toJSON of copies":             {"len(toJSON([" + strings.Repeat("steps, ", 500) + "steps])) < 0", "toJSON would build", long},
+		"text of copies":               {"len(text([" + strings.Repeat("steps, ", 500) + "steps])) < 0", "text would build", long},
+		"slow loop body":               {"any(1..1000, {len(toJSON(steps)) < 0})", "over the 300ms budget", short},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -25,8 +25,9 @@ const DefaultMemoryBudget = 256 << 20
 // Names the meter patch adds to conditions; users cannot write them (the
 // rewrite refuses identifiers starting with "__").
 const (
-	meterName = "__meter"
-	tickName  = "__tick"
+	meterName     = "__meter"
+	tickName      = "__tick"
+	heavyTickName = "__tick_heavy"
 )
 
 // Work is counted in units of about a byte of text scanned or built; a
@@ -148,6 +149,19 @@ func tick(params ...any) (any, error) {
 	return v, m.spend(iterationWork)
 }
 
+// heavyTick is tick for loop bodies of unknown cost: it reads the clock on
+// every iteration.
+func heavyTick(params ...any) (any, error) {
+	m, v := params[0].(*meter), params[1]
+	if m == nil {
+		return v, nil
+	}
+	if s, ok := v.(string); ok && len(s) >= bigValue {
+		m.bytes += int64(len(s))
+	}
+	return v, m.spend(checkWork)
+}
+
 // meterPatch threads the meter through a compiled condition: bodies of
 // loops nested in other loops and every `+` go through tick, and metered
 // helpers get it as their first argument. A loop that is not nested costs
@@ -160,30 +174,68 @@ type meterPatch struct{ wrapped map[*ast.PredicateNode]bool }
 // meteredHelpers take the meter as their first argument.
 var meteredHelpers = map[string]bool{
 	"text": true, matchesFunc: true, "json": true, "pii": true, "secrets": true, "injection": true, "urls": true,
-	"repeat": true, "replace": true, "join": true,
+	"repeat": true, "replace": true, "join": true, "toJSON": true,
 }
 
 func meterIdent() ast.Node { return &ast.IdentifierNode{Value: meterName} }
 
+// wrap sends a loop body through the named tick, once.
+func (p meterPatch) wrap(pred *ast.PredicateNode, tick string) {
+	if p.wrapped[pred] {
+		return
+	}
+	p.wrapped[pred] = true
+	body := pred.Node
+	call := &ast.CallNode{Callee: &ast.IdentifierNode{Value: tick}, Arguments: []ast.Node{meterIdent(), body}}
+	call.SetLocation(body.Location())
+	pred.Node = call
+}
+
+func predicateNode(b *ast.BuiltinNode) *ast.PredicateNode {
+	for _, a := range b.Arguments {
+		if p, ok := a.(*ast.PredicateNode); ok {
+			return p
+		}
+	}
+	return nil
+}
+
+// flatBuiltins cost the same whatever the trace (or are bounded by one
+// value's size); any other builtin may cost as much as the whole trace.
+var flatBuiltins = map[string]bool{
+	"len": true, "abs": true, "int": true, "float": true, "ceil": true, "floor": true, "round": true,
+	"type": true, "now": true, "duration": true, "date": true, "timezone": true, "first": true, "last": true, "get": true,
+}
+
+// unmeteredBuiltin reports whether n calls a builtin that is neither flat
+// nor a loop (those have their own ticks) nor metered.
+func unmeteredBuiltin(n ast.Node) bool {
+	found := false
+	ast.Walk(&n, visitor(func(x ast.Node) {
+		if b, ok := x.(*ast.BuiltinNode); ok && !flatBuiltins[b.Name] && predicateNode(b) == nil {
+			found = true
+		}
+	}))
+	return found
+}
+
 func (p meterPatch) Visit(node *ast.Node) {
 	switch x := (*node).(type) {
 	case *ast.BuiltinNode:
-		outer := predicateOf(x)
-		if outer == nil {
+		pred := predicateNode(x)
+		if pred == nil {
 			return
 		}
-		ast.Walk(&outer, visitor(func(n ast.Node) {
-			inner, ok := n.(*ast.BuiltinNode)
-			if !ok || inner == x {
-				return
-			}
-			for _, a := range inner.Arguments {
-				if pred, ok := a.(*ast.PredicateNode); ok && !p.wrapped[pred] {
-					p.wrapped[pred] = true
-					body := pred.Node
-					call := &ast.CallNode{Callee: &ast.IdentifierNode{Value: tickName}, Arguments: []ast.Node{meterIdent(), body}}
-					call.SetLocation(body.Location())
-					pred.Node = call
+		// inner loops were visited first: one whose body calls an
+		// unmetered builtin reads the clock on every iteration
+		if unmeteredBuiltin(pred.Node) {
+			p.wrap(pred, heavyTickName)
+		}
+		body := pred.Node
+		ast.Walk(&body, visitor(func(n ast.Node) {
+			if inner, ok := n.(*ast.BuiltinNode); ok && inner != x {
+				if q := predicateNode(inner); q != nil {
+					p.wrap(q, tickName)
 				}
 			}
 		}))

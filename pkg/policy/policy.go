@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 )
@@ -174,6 +176,8 @@ func (p *Policy) normalize() []Problem {
 	var probs []Problem
 	if strings.TrimSpace(p.PolicyID) == "" {
 		probs = append(probs, Problem{Field: "policy_id", Message: "missing: give the policy an id"})
+	} else if msg := nameProblem(p.PolicyID); msg != "" {
+		probs = append(probs, Problem{Field: "policy_id", Message: msg})
 	}
 	if len(p.Rules) == 0 {
 		probs = append(probs, Problem{Field: "rules", Message: "no rules: a policy needs at least one rule"})
@@ -188,6 +192,8 @@ func (p *Policy) normalize() []Problem {
 		if strings.TrimSpace(id) == "" {
 			probs = append(probs, Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: "missing: every rule needs an id"})
 			id = fmt.Sprintf("rules[%d]", i)
+		} else if msg := nameProblem(id); msg != "" {
+			probs = append(probs, Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: msg})
 		} else if j, dup := seen[id]; dup {
 			probs = append(probs, Problem{RuleID: id, Field: "rule_id", Message: fmt.Sprintf("duplicate: rules[%d] and rules[%d] share it; rule ids must be unique", j, i)})
 		} else {
@@ -222,6 +228,26 @@ func (p *Policy) Hash() string {
 	b, _ := json.Marshal(p) // a Policy always marshals
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// maxNameBytes bounds policy and rule ids: they name subjects
+// (troy.violations.<severity>.<rule_id>), KV keys and report columns.
+const maxNameBytes = 128
+
+// nameProblem says what is wrong with a policy or rule id, or "".
+func nameProblem(s string) string {
+	switch {
+	case len(s) > maxNameBytes:
+		return fmt.Sprintf("is %d bytes, over the %d-byte limit: use a shorter id", len(s), maxNameBytes)
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("%q contains the control character %U", s, r)
+		}
+	}
+	return ""
 }
 
 func validOnError(s string) bool { return s == "" || s == OnErrorBlock || s == OnErrorAllow }

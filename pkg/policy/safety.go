@@ -43,7 +43,7 @@ func safetyCheck(root ast.Node) (c cost, err error) {
 		case *ast.CallNode:
 			if id, ok := x.Callee.(*ast.IdentifierNode); ok {
 				switch {
-				case id.Value == tickName:
+				case id.Value == tickName || id.Value == heavyTickName:
 					c = costLoops
 				case meteredHelpers[id.Value]:
 					c = max(c, costHelpers)
@@ -57,6 +57,8 @@ func safetyCheck(root ast.Node) (c cost, err error) {
 		case *ast.BuiltinNode:
 			if predicateOf(x) != nil {
 				preds = append(preds, x)
+			} else if !flatBuiltins[x.Name] {
+				c = costLoops // toJSON(steps), sort(…): as costly as a loop, and timed
 			}
 		case *ast.BinaryNode:
 			if x.Operator == ".." {

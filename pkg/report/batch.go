@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -92,9 +93,20 @@ func SummaryMarkdown(b *Batch) []byte {
 			continue
 		}
 		c := e.SeverityCounts
-		w("| [%s](%s) | %d | %d | %d | %d | %d | %d | audited |\n", mdText(e.TraceID), e.Report, e.Steps,
+		w("| [%s](%s) | %d | %d | %d | %d | %d | %d | audited |\n", mdText(e.TraceID), linkPath(e.Report), e.Steps,
 			c[policy.SeverityCritical], c[policy.SeverityHigh], c[policy.SeverityMedium], c[policy.SeverityLow], e.RiskScore)
 	}
 	w("\nEach audited trace has report.md and audit.json in its own folder; batch.json holds this table for machines.\n")
 	return []byte(s.String())
+}
+
+// linkPath escapes each segment of a relative file path for a markdown
+// link: folder names may hold %XX (report.FileName), which a link would
+// otherwise decode.
+func linkPath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, part := range parts {
+		parts[i] = url.PathEscape(part)
+	}
+	return strings.Join(parts, "/")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // File names inside a trace's report folder.
@@ -81,14 +82,31 @@ func WriteFileAtomic(path string, data []byte, m Modes) error {
 	return nil
 }
 
-// WriteFile writes data to path in place (no temporary file), creating
-// missing folders with m.Dir and the file with m.File.
+// WriteFile writes data to path in place (no temporary file), with mode
+// m.File whatever the file had before; a symlink at path is replaced, never
+// written through.
 func WriteFile(path string, data []byte, m Modes) error {
 	if err := os.MkdirAll(filepath.Dir(path), m.Dir); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, data, m.File); err != nil {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, m.File)
+	if errors.Is(err, syscall.ELOOP) { // a symlink: drop it, write a file
+		if err = os.Remove(path); err == nil {
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, m.File)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Chmod(m.File)
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("write %s: %w", path, werr)
 	}
 	return nil
 }

@@ -137,8 +137,16 @@ func ShortHash(h string) string {
 
 var mdEscaper = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;")
 
-// mdText keeps untrusted trace text from breaking tables or injecting HTML.
-func mdText(s string) string { return mdEscaper.Replace(s) }
+// mdText keeps untrusted trace text from breaking tables or injecting HTML;
+// other control characters (a NUL in a rejected id) are shown as U+FFFD.
+func mdText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\n' && r != '\r' || r == 0x7f {
+			return '\uFFFD'
+		}
+		return r
+	}, mdEscaper.Replace(s))
+}
 
 func code(items []string) string {
 	out := make([]string, len(items))

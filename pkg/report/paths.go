@@ -36,6 +36,10 @@ func FileName(id string) string {
 	if name == "" {
 		name = "%"
 	}
+	if reserved[strings.ToLower(name)] {
+		// the batch's own files share the folder with trace folders
+		name = fmt.Sprintf("%%%02X", name[0]) + name[1:]
+	}
 	if len(name) > maxNameBytes {
 		// '~' is always encoded above, so a hashed name can match no other
 		sum := sha256.Sum256([]byte(id))
@@ -48,6 +52,10 @@ func FileName(id string) string {
 	}
 	return name
 }
+
+// reserved names are files troy writes beside the trace folders.
+var reserved = map[string]bool{"batch.json": true, "summary.md": true, "llm_responses": true,
+	MarkdownFile: true, JSONFile: true}
 
 // Path joins ids under root, each through FileName, and checks that the
 // result is inside root: whatever the ids are, the path cannot leave it.
@@ -88,4 +96,37 @@ func ParseModes(s string) (Modes, error) {
 	}
 	f := os.FileMode(m)
 	return Modes{File: f, Dir: f | (f&0o444)>>2}, nil
+}
+
+// TraceDir makes the folder root/<ids…> for one trace's files: confined by
+// Path, created with m.Dir, and refused when something already there is
+// not a plain folder (a symlink planted in the output folder would send
+// the reports elsewhere). An existing folder gets m.Dir.
+func TraceDir(root string, m Modes, ids ...string) (string, error) {
+	dir, err := Path(root, ids...)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, m.Dir); err != nil {
+		return "", fmt.Errorf("report folder: %w", err)
+	}
+	for p := dir; p != filepath.Clean(root) && p != "." && p != string(filepath.Separator); p = filepath.Dir(p) {
+		st, err := os.Lstat(p)
+		if err != nil {
+			return "", fmt.Errorf("report folder: %w", err)
+		}
+		if !st.IsDir() {
+			kind := "file"
+			if st.Mode()&os.ModeSymlink != 0 {
+				kind = "symlink"
+			}
+			return "", fmt.Errorf("report folder %s is a %s, not a folder: remove it", p, kind)
+		}
+		if st.Mode().Perm() != m.Dir {
+			if err := os.Chmod(p, m.Dir); err != nil {
+				return "", fmt.Errorf("report folder: %w", err)
+			}
+		}
+	}
+	return dir, nil
 }

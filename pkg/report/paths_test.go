@@ -68,3 +68,42 @@ func TestWriteAuditModes(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// Found by probing: a trace named batch.json or summary.md took the place of
+// the batch's own files; a symlink planted in the output folder sent reports
+// elsewhere; rewritten reports kept their old, wider modes.
+func TestTraceFoldersCannotBeHijacked(t *testing.T) {
+	for _, id := range []string{"batch.json", "summary.md", "Batch.JSON", "report.md", "audit.json"} {
+		assert.NotEqual(t, strings.ToLower(id), strings.ToLower(FileName(id)), id)
+		assert.NotEqual(t, FileName(id), FileName("%"+id), id)
+	}
+	root := t.TempDir()
+	outside := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "planted")))
+	_, err := TraceDir(root, DefaultModes, "planted")
+	assert.ErrorContains(t, err, "is a symlink") // was followed before
+
+	dir, err := TraceDir(root, DefaultModes, "t1")
+	require.NoError(t, err)
+	target := filepath.Join(outside, "target.txt")
+	require.NoError(t, os.WriteFile(target, []byte("keep"), 0o644))
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, MarkdownFile)))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, JSONFile), []byte("old"), 0o644))
+	require.NoError(t, WriteFile(filepath.Join(dir, MarkdownFile), []byte("# new"), DefaultModes))
+	require.NoError(t, WriteFile(filepath.Join(dir, JSONFile), []byte("{}"), DefaultModes))
+	b, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "keep", string(b), "not written through the symlink")
+	for _, f := range []string{MarkdownFile, JSONFile} {
+		st, err := os.Lstat(filepath.Join(dir, f))
+		require.NoError(t, err)
+		assert.True(t, st.Mode().IsRegular(), f)
+		assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f)
+	}
+	require.NoError(t, os.Chmod(dir, 0o755))
+	_, err = TraceDir(root, DefaultModes, "t1")
+	require.NoError(t, err)
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "an existing folder gets the mode too")
+}

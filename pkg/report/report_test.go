@@ -62,3 +62,16 @@ func TestBatchTotalsAndSummary(t *testing.T) {
 	assert.Contains(t, md, "| [a](a/report.md) | 3 | 0 | 2 | 0 | 0 | 30 | audited |")
 	assert.Contains(t, md, "| — | — | — | — | — | — | — | rejected (b.jsonl:2): bad JSON at line 1, column 2: x; second |")
 }
+
+// Encoded folder names link correctly, and control characters in ids are
+// not copied into summary.md (found by probing).
+func TestSummaryLinksAndControlCharacters(t *testing.T) {
+	b := NewBatch("p", "sha256:abc", []Entry{
+		{Source: "a.json", TraceID: "odd id", Status: StatusAudited, Report: FileName("odd id") + "/" + MarkdownFile},
+		{Source: "b.json", TraceID: "nul\x00id", Status: StatusRejected, Problems: []string{"bad"}},
+	}, time.Now(), time.Now())
+	md := string(SummaryMarkdown(b))
+	assert.Contains(t, md, "[odd id](odd%2520id/report.md)")
+	assert.NotContains(t, md, "\x00")
+	assert.Contains(t, md, "nul\uFFFDid")
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/bus"
 	pguard "github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 )
 
@@ -94,9 +95,11 @@ func (s *Service) handle(ctx context.Context, m *nats.Msg) {
 	var reply any
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		reply = map[string]string{"error": "request is not a guard request (JSON with action, policy, session_id…): " + err.Error()}
-	} else if d, err := s.local.Check(context.WithoutCancel(ctx), req); err != nil {
+	} else if d, err := s.local.Check(context.WithoutCancel(ctx), req); err != nil && refused(err) {
 		reply = map[string]string{"error": err.Error()}
 	} else {
+		// a decision, also when the guard failed closed (block, with the
+		// reason): the client must not take it for an unreachable guard
 		reply = d
 		s.checks.WithLabelValues(d.Decision).Inc()
 	}
@@ -107,4 +110,11 @@ func (s *Service) handle(ctx context.Context, m *nats.Msg) {
 	if err := m.Respond(body); err != nil {
 		s.deps.Log.Warn().Err(err).Msg("guard: reply failed")
 	}
+}
+
+// refused reports whether a check failed because of the request itself (it
+// is malformed, or names a policy that is not there), which the client is
+// told as an error rather than a decision.
+func refused(err error) bool {
+	return errors.Is(err, pguard.ErrBadRequest) || errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid)
 }

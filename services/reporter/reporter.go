@@ -159,7 +159,7 @@ func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audi
 func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, a *report.Audit, responses map[string]string) error {
 	md := report.Markdown(a)
 	if s.cfg.Dir != "" {
-		dir, err := report.Path(s.cfg.Dir, run, a.Trace.TraceID)
+		dir, err := report.TraceDir(s.cfg.Dir, s.cfg.Modes, run, a.Trace.TraceID)
 		if err != nil {
 			return bus.Permanent(err)
 		}
