@@ -40,7 +40,7 @@ func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []b
 	resp := ptraceotlp.NewExportResponse()
 	if rejected > 0 {
 		resp.PartialSuccess().SetRejectedSpans(int64(rejected))
-		resp.PartialSuccess().SetErrorMessage(fmt.Sprintf("%d span(s) have no traceId", rejected))
+		resp.PartialSuccess().SetErrorMessage(fmt.Sprintf("%d span(s) have no traceId or spanId, or repeat a spanId", rejected))
 	}
 	var out []byte
 	if protobuf {

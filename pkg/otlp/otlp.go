@@ -55,8 +55,9 @@ type span struct {
 
 // Convert groups spans by trace id and maps the agent spans of each to
 // steps, ordered by start time. Traces without any agent span are not agent
-// runs and give nothing. Spans without a trace id are invalid OTLP: they are
-// counted in rejected, for the sender to be told.
+// runs and give nothing. Spans without a trace or span id, and repeats of a
+// span id within a trace, are invalid OTLP: they are counted in rejected,
+// for the sender to be told.
 func Convert(td ptrace.Traces) (out []Converted, rejected int) {
 	byTrace := map[string][]span{}
 	var order []string
@@ -72,7 +73,7 @@ func Convert(td ptrace.Traces) (out []Converted, rejected int) {
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				s := spans.At(k)
-				if s.TraceID().IsEmpty() {
+				if s.TraceID().IsEmpty() || s.SpanID().IsEmpty() {
 					rejected++
 					continue
 				}
@@ -85,7 +86,17 @@ func Convert(td ptrace.Traces) (out []Converted, rejected int) {
 		}
 	}
 	for _, id := range order {
-		if c, ok := convertTrace(id, byTrace[id]); ok {
+		seen := map[pcommon.SpanID]bool{}
+		unique := byTrace[id][:0]
+		for _, sp := range byTrace[id] {
+			if seen[sp.s.SpanID()] {
+				rejected++
+				continue
+			}
+			seen[sp.s.SpanID()] = true
+			unique = append(unique, sp)
+		}
+		if c, ok := convertTrace(id, unique); ok {
 			out = append(out, c)
 		}
 	}
@@ -275,7 +286,7 @@ func Parse(data []byte, lim trace.Limits) (*trace.Trace, error) {
 	cs, rejected := Convert(td)
 	switch {
 	case rejected > 0:
-		return nil, &trace.InvalidError{Problems: []trace.Problem{{Message: fmt.Sprintf("%d span(s) have no traceId: every span needs its trace's 16-byte id", rejected)}}}
+		return nil, &trace.InvalidError{Problems: []trace.Problem{{Message: fmt.Sprintf("%d span(s) have no traceId or spanId, or repeat a spanId: every span needs its trace's 16-byte id and its own 8-byte id", rejected)}}}
 	case len(cs) == 0:
 		return nil, &trace.InvalidError{Problems: []trace.Problem{{Message: "no agent spans: expected gen_ai.* (OpenTelemetry GenAI) or openinference.span.kind attributes"}}}
 	case len(cs) > 1:
