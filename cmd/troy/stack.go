@@ -18,6 +18,7 @@ import (
 	"github.com/troy-audit/troy/pkg/explain"
 	pguard "github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/llm"
+	"github.com/troy-audit/troy/pkg/natsembed"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
@@ -85,7 +86,7 @@ type stackConfig struct {
 // services this process runs. Every target is built exactly as its own
 // `troy serve --target` builds it.
 type stack struct {
-	emb    *bus.Embedded
+	emb    *natsembed.Server
 	nc     *nats.Conn
 	guard  pguard.Guard // when this process runs the guard target
 	js     jetstream.JetStream
@@ -101,11 +102,11 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 	s := &stack{log: log, failed: make(chan struct{})}
 	var err error
 	if cfg.client.URL == "" {
-		s.emb, err = bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: cfg.dataDir, Listen: cfg.listen})
+		s.emb, err = natsembed.Start(natsembed.Config{StoreDir: cfg.dataDir, Listen: cfg.listen})
 		if err != nil {
 			return nil, err
 		}
-		s.nc, err = bus.ConnectEmbedded(s.emb, cfg.client.Name)
+		s.nc, err = s.emb.Connect(cfg.client.Name)
 	} else {
 		cfg.client.Reconnect = true
 		s.nc, err = bus.Connect(cfg.client)

@@ -34,7 +34,7 @@ func Connect(cfg ClientConfig) (*nats.Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts := baseOptions(cfg)
+	opts := Options(cfg)
 	if cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Creds))
 	}
@@ -51,17 +51,9 @@ func Connect(cfg ClientConfig) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// ConnectEmbedded opens an in-process connection to an embedded server.
-func ConnectEmbedded(e *Embedded, name string) (*nats.Conn, error) {
-	opts := append(baseOptions(ClientConfig{Name: name}), nats.InProcessServer(e.Server))
-	nc, err := nats.Connect("", opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to embedded NATS: %w", err)
-	}
-	return nc, nil
-}
-
-func baseOptions(cfg ClientConfig) []nats.Option {
+// Options are the connection options troy's clients use (name, timeout,
+// reconnects) for cfg.
+func Options(cfg ClientConfig) []nats.Option {
 	timeout := cfg.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second

@@ -13,11 +13,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/natsembed"
 )
 
 // Server is a running test server with a connection to it.
 type Server struct {
-	Embedded *bus.Embedded
+	Embedded *natsembed.Server
 	URL      string
 	NC       *nats.Conn
 	JS       jetstream.JetStream
@@ -27,7 +28,7 @@ type Server struct {
 // t.TempDir().
 func RunServer(t testing.TB) *Server {
 	t.Helper()
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	emb, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("bustest: start server: %v", err)
 	}

@@ -1,4 +1,8 @@
-package bus
+// Package natsembed runs nats-server with JetStream inside the troy process
+// (troy serve and the CLI with no --nats-url, and tests). It is the only
+// package that links the server: libraries and the Go SDK use pkg/bus, the
+// client side, alone.
+package natsembed
 
 import (
 	"errors"
@@ -11,10 +15,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/troy-audit/troy/pkg/bus"
 )
 
-// EmbeddedConfig configures the in-process NATS server.
-type EmbeddedConfig struct {
+// Config configures the in-process NATS server.
+type Config struct {
 	StoreDir string // JetStream store; a lock inside keeps two processes apart
 	Listen   string // host:port for outside clients; "" accepts in-process clients only
 	// MaxPayload bounds one message; traces, graphs and reports travel whole.
@@ -25,7 +32,7 @@ type EmbeddedConfig struct {
 const DefaultMaxPayload = 16 << 20
 
 // Validate checks the configuration.
-func (c EmbeddedConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.StoreDir == "" {
 		return errors.New("embedded NATS: a store directory is required (--data-dir or TROY_DATA_DIR)")
 	}
@@ -37,8 +44,8 @@ func (c EmbeddedConfig) Validate() error {
 	return nil
 }
 
-// Embedded is a running in-process NATS server with JetStream.
-type Embedded struct {
+// Server is a running in-process NATS server with JetStream.
+type Server struct {
 	Server *server.Server
 	lock   *os.File
 }
@@ -46,9 +53,9 @@ type Embedded struct {
 // ErrStoreLocked is returned when another process uses the store directory.
 var ErrStoreLocked = errors.New("store directory in use")
 
-// StartEmbedded starts nats-server with JetStream and waits until it accepts
+// Start starts nats-server with JetStream and waits until it accepts
 // connections.
-func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -93,11 +100,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		}
 		return nil, errors.New("embedded NATS did not start within 30s")
 	}
-	return &Embedded{Server: ns, lock: lock}, nil
+	return &Server{Server: ns, lock: lock}, nil
 }
 
 // ClientURL is the address outside clients connect to ("" when not listening).
-func (e *Embedded) ClientURL() string {
+func (e *Server) ClientURL() string {
 	if e.Server.Addr() == nil {
 		return ""
 	}
@@ -105,10 +112,20 @@ func (e *Embedded) ClientURL() string {
 }
 
 // Shutdown stops the server, waiting for it to flush its store.
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.Server.Shutdown()
 	e.Server.WaitForShutdown()
 	e.lock.Close()
+}
+
+// Connect opens an in-process connection to the server.
+func (e *Server) Connect(name string) (*nats.Conn, error) {
+	opts := append(bus.Options(bus.ClientConfig{Name: name}), nats.InProcessServer(e.Server))
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	return nc, nil
 }
 
 func lockDir(dir string) (*os.File, error) {
