@@ -136,45 +136,76 @@ func compileCondition(r Rule) (*vm.Program, rewritten, *Problem) {
 	if err != nil {
 		return nil, rw, conditionProblem(r, err, rewritten{src: r.Condition, origin: identity(r.Condition)})
 	}
+	// Type-check the condition as the user wrote it: the meter patch wraps
+	// loop bodies and `+` in calls typed `any`, which would turn type
+	// errors into runtime errors.
 	var patternErrs []error
-	prog, err := expr.Compile(rw.src,
+	_, err = expr.Compile(rw.src, compileOptions(false, &patternErrs)...)
+	if err == nil {
+		patternErrs = nil
+		var prog *vm.Program
+		prog, err = expr.Compile(rw.src, compileOptions(true, &patternErrs)...)
+		if err == nil && len(patternErrs) == 0 {
+			return prog, rw, nil
+		}
+	}
+	if err == nil {
+		err = patternErrs[0]
+	}
+	return nil, rw, conditionProblem(r, err, rw)
+}
+
+// compileOptions are the expr options of a condition: the helpers as users
+// call them (metered false, for type checking), or with the run's meter
+// first and the meter patch applied (the program that runs).
+func compileOptions(metered bool, patternErrs *[]error) []expr.Option {
+	type helper struct {
+		name         string
+		fn           func(...any) (any, error)
+		plain, meter []any
+	}
+	helpers := []helper{
+		// The pattern parameter is `any`: patternCompiler swaps a constant
+		// pattern for its compiled matcher before type checking.
+		{matchesFunc, matches, []any{new(func(any, any) bool)}, []any{new(func(*meter, any, any) bool)}},
+		{"text", text, []any{new(func(any) string)}, []any{new(func(*meter, any) string)}},
+		{"json", jsonHelper, []any{new(func(any) any)}, []any{new(func(*meter, any) any)}},
+		{"pii", detector(detect.PII), []any{new(func(any) []any)}, []any{new(func(*meter, any) []any)}},
+		{"secrets", detector(detect.Secrets), []any{new(func(any) []any)}, []any{new(func(*meter, any) []any)}},
+		{"injection", detector(detect.Injection), []any{new(func(any) []any)}, []any{new(func(*meter, any) []any)}},
+		{"urls", detector(detect.URLs), []any{new(func(any) []any)}, []any{new(func(*meter, any) []any)}},
+		// expr's builtins that can build without bound, sized before they do
+		{"toJSON", toJSONHelper, []any{new(func(any) string)}, []any{new(func(*meter, any) string)}},
+		{"repeat", repeatHelper, []any{new(func(string, int) string)}, []any{new(func(*meter, string, int) string)}},
+		{"replace", replaceHelper, []any{new(func(string, string, string) string)}, []any{new(func(*meter, string, string, string) string)}},
+		{"join", joinHelper, []any{new(func(any) string), new(func(any, string) string)},
+			[]any{new(func(*meter, any) string), new(func(*meter, any, string) string)}},
+	}
+	opts := []expr.Option{
 		expr.Env(Env{}), // a value, so names compile to field loads; runs pass *Env
 		expr.AsBool(),
 		expr.DisableBuiltin("get"),
-		expr.Function("get", get,
-			new(func(any, string) any),
-			new(func(any, string, any) any)),
-		// Metered helpers take the run's meter first (meterPatch adds it).
-		// The pattern parameter is `any`: patternCompiler swaps a constant
-		// pattern for its compiled matcher before type checking.
-		expr.Function(matchesFunc, matches, new(func(*meter, any, any) bool)),
-		expr.Function("text", text, new(func(*meter, any) string)),
-		expr.Function("json", jsonHelper, new(func(*meter, any) any)),
-		expr.Function("pii", detector(detect.PII), new(func(*meter, any) []any)),
-		expr.Function("secrets", detector(detect.Secrets), new(func(*meter, any) []any)),
-		expr.Function("injection", detector(detect.Injection), new(func(*meter, any) []any)),
-		expr.Function("urls", detector(detect.URLs), new(func(*meter, any) []any)),
-		// expr's builtins that can build without bound, sized before they do
+		expr.Function("get", get, new(func(any, string) any), new(func(any, string, any) any)),
 		expr.DisableBuiltin("repeat"),
 		expr.DisableBuiltin("replace"),
 		expr.DisableBuiltin("join"),
 		expr.DisableBuiltin("toJSON"),
-		expr.Function("toJSON", toJSONHelper, new(func(*meter, any) string)),
-		expr.Function("repeat", repeatHelper, new(func(*meter, string, int) string)),
-		expr.Function("replace", replaceHelper, new(func(*meter, string, string, string) string)),
-		expr.Function("join", joinHelper, new(func(*meter, any) string), new(func(*meter, any, string) string)),
-		expr.Function(tickName, tick, new(func(*meter, any) any)),
-		expr.Function(heavyTickName, heavyTick, new(func(*meter, any) any)),
-		expr.Patch(patternCompiler{errs: &patternErrs}),
-		expr.Patch(meterPatch{wrapped: map[*ast.PredicateNode]bool{}}),
-	)
-	if err == nil && len(patternErrs) > 0 {
-		err = patternErrs[0]
 	}
-	if err != nil {
-		return nil, rw, conditionProblem(r, err, rw)
+	for _, h := range helpers {
+		types := h.plain
+		if metered {
+			types = h.meter
+		}
+		opts = append(opts, expr.Function(h.name, h.fn, types...))
 	}
-	return prog, rw, nil
+	opts = append(opts, expr.Patch(patternCompiler{errs: patternErrs}))
+	if metered {
+		opts = append(opts,
+			expr.Function(tickName, tick, new(func(*meter, any) any)),
+			expr.Function(heavyTickName, heavyTick, new(func(*meter, any) any)),
+			expr.Patch(meterPatch{wrapped: map[*ast.PredicateNode]bool{}}))
+	}
+	return opts
 }
 
 // patternCompiler compiles constant patterns once, at load: a bad one is a

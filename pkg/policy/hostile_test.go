@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestHostileConditionsAreBoundedFromInside(t *testing.T) {
 		cond, want string
 		budget     time.Duration
 	}{
-		"scan of the whole trace per step": {"matches(text(steps), 'zzzqqq')", "budget", short},
+		"scan of the whole trace per step": {"matches(text(steps), 'zzzqqq')", "over the 300ms budget", short},
 		"quadratic loop":                   {"count(steps, {#.step_id == step.step_id}) < 0", "over the 300ms budget", short},
 		"repeat of the trace":              {"len(repeat(text(steps), 4000)) > 0", "repeat would build", long},
 		"string reduce":                    {"len(reduce(steps, #acc + text(#), '')) < 0", "memory budget", long},
@@ -160,4 +161,55 @@ func TestEvaluationStopsWhenCancelled(t *testing.T) {
 	res := e.EvaluateContext(ctx, tr)
 	require.Len(t, res.RuleErrors, 1)
 	assert.Contains(t, res.RuleErrors[0].Error, "cancelled")
+}
+
+// The meter's wrapping must not hide type errors until run time (found in
+// review): each of these was a load error before it, and is again.
+func TestTypeErrorsStayLoadErrors(t *testing.T) {
+	for _, cond := range []string{
+		"any(steps, {#.name + 'x'})",
+		"step.name + 'x'",
+		"step.name + 'x' > 5",
+		"(step_index + 1) contains 'x'",
+		"any(1..3, {any(1..3, {#})})",
+		"any(1..3, {upper('x')})",
+	} {
+		p := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "typo", Condition: cond}}}
+		require.Empty(t, p.normalize())
+		_, err := Compile(p)
+		assert.ErrorIs(t, err, ErrInvalid, cond)
+	}
+}
+
+// Found in review: operators that scan text, in loops or in rules that read
+// another step, and lists built by builtins, escaped the meter.
+func TestScanningOperatorsAndBuiltListsAreBounded(t *testing.T) {
+	steps := make([]*trace.Step, 300)
+	for i := range steps {
+		steps[i] = &trace.Step{StepID: fmt.Sprint(i), Type: trace.TypeToolCall, Name: "ls"}
+	}
+	steps[0].Output = strings.Repeat("a", 1<<20)
+	tr := &trace.Trace{TraceID: "big", AgentName: "a", Steps: steps}
+	const short, long = 200 * time.Millisecond, time.Minute
+	for name, c := range map[string]struct {
+		cond, want string
+		budget     time.Duration
+	}{
+		"operator in a loop":      {"any(1..1000, {steps[0].output matches 'a+b'})", "over the 200ms budget", short},
+		"operator over the steps": {"any(steps, {steps[0].output matches 'a+b'})", "over the 200ms budget", short},
+		"flat rule, other step":   {"steps[0].output matches 'a+b'", "over the 200ms budget", short},
+		"lists from builtins":     {"len(map(1..100000, {split(steps[0].output, '')})) < 0", "memory budget", long},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := &Policy{PolicyID: "p", Rules: []Rule{{RuleID: "hostile", Condition: c.cond}}}
+			require.Empty(t, p.normalize())
+			e, err := CompileWith(p, Options{Budget: c.budget})
+			require.NoError(t, err)
+			start := time.Now()
+			res := e.Evaluate(tr)
+			t.Logf("%s: %s", name, time.Since(start))
+			require.Len(t, res.RuleErrors, 1, "%v", res.RuleErrors)
+			assert.Contains(t, res.RuleErrors[0].Error, c.want)
+		})
+	}
 }

@@ -143,10 +143,29 @@ func tick(params ...any) (any, error) {
 	if m == nil {
 		return v, nil
 	}
-	if s, ok := v.(string); ok && len(s) >= bigValue {
-		return v, m.grow(len(s))
+	if n := valueBytes(v); n >= bigValue {
+		return v, m.grow(n)
 	}
 	return v, m.spend(iterationWork)
+}
+
+// valueBytes is about what a value a loop body made holds: strings by
+// length, lists by their headers (their elements were counted as they
+// were made).
+func valueBytes(v any) int {
+	switch x := v.(type) {
+	case string:
+		return len(x)
+	case []any:
+		return 16 * len(x)
+	case []string:
+		n := 16 * len(x)
+		for _, s := range x {
+			n += len(s)
+		}
+		return n
+	}
+	return 0
 }
 
 // heavyTick is tick for loop bodies of unknown cost: it reads the clock on
@@ -156,19 +175,15 @@ func heavyTick(params ...any) (any, error) {
 	if m == nil {
 		return v, nil
 	}
-	if s, ok := v.(string); ok && len(s) >= bigValue {
-		m.bytes += int64(len(s))
+	if n := valueBytes(v); n >= bigValue {
+		m.bytes += int64(n)
 	}
 	return v, m.spend(checkWork)
 }
 
-// meterPatch threads the meter through a compiled condition: bodies of
-// loops nested in other loops and every `+` go through tick, and metered
-// helpers get it as their first argument. A loop that is not nested costs
-// at most the size of its collection per run (the trace's steps, a list in
-// it, a range that expr's own budget bounds), which the time measured
-// between runs catches; ticking it too would cost every policy an extra
-// call per iteration.
+// meterPatch threads the meter through a compiled condition: every loop
+// body and every `+` goes through a tick, and metered helpers get it as
+// their first argument.
 type meterPatch struct{ wrapped map[*ast.PredicateNode]bool }
 
 // meteredHelpers take the meter as their first argument.
@@ -207,13 +222,20 @@ var flatBuiltins = map[string]bool{
 	"type": true, "now": true, "duration": true, "date": true, "timezone": true, "first": true, "last": true, "get": true,
 }
 
-// unmeteredBuiltin reports whether n calls a builtin that is neither flat
-// nor a loop (those have their own ticks) nor metered.
-func unmeteredBuiltin(n ast.Node) bool {
+// scanningOperators cost as much as the text they read.
+var scanningOperators = map[string]bool{"matches": true, "contains": true, "startsWith": true, "endsWith": true, "in": true}
+
+// scansOrBuilds reports whether n calls a builtin that is neither flat nor
+// a loop (those have their own ticks) nor metered, or applies an operator
+// that scans text.
+func scansOrBuilds(n ast.Node) bool {
 	found := false
 	ast.Walk(&n, visitor(func(x ast.Node) {
-		if b, ok := x.(*ast.BuiltinNode); ok && !flatBuiltins[b.Name] && predicateNode(b) == nil {
-			found = true
+		switch y := x.(type) {
+		case *ast.BuiltinNode:
+			found = found || !flatBuiltins[y.Name] && predicateNode(y) == nil
+		case *ast.BinaryNode:
+			found = found || scanningOperators[y.Operator]
 		}
 	}))
 	return found
@@ -226,19 +248,13 @@ func (p meterPatch) Visit(node *ast.Node) {
 		if pred == nil {
 			return
 		}
-		// inner loops were visited first: one whose body calls an
-		// unmetered builtin reads the clock on every iteration
-		if unmeteredBuiltin(pred.Node) {
+		// every loop body ticks; one that scans text or calls a builtin
+		// of unknown cost reads the clock on every iteration
+		if scansOrBuilds(pred.Node) {
 			p.wrap(pred, heavyTickName)
+		} else {
+			p.wrap(pred, tickName)
 		}
-		body := pred.Node
-		ast.Walk(&body, visitor(func(n ast.Node) {
-			if inner, ok := n.(*ast.BuiltinNode); ok && inner != x {
-				if q := predicateNode(inner); q != nil {
-					p.wrap(q, tickName)
-				}
-			}
-		}))
 	case *ast.BinaryNode:
 		if x.Operator != "+" {
 			return

@@ -61,6 +61,9 @@ func safetyCheck(root ast.Node) (c cost, err error) {
 				c = costLoops // toJSON(steps), sort(…): as costly as a loop, and timed
 			}
 		case *ast.BinaryNode:
+			if scanningOperators[x.Operator] {
+				c = costLoops // steps[0].output matches …: as costly as the text, timed
+			}
 			if x.Operator == ".." {
 				lo, ok1 := x.Left.(*ast.IntegerNode)
 				hi, ok2 := x.Right.(*ast.IntegerNode)
