@@ -228,7 +228,7 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			if !resumed {
 				flags |= os.O_TRUNC
 			}
-			journal, err := os.OpenFile(filepath.Join(outDir, runJournalFile), flags, f.modes.File)
+			journal, err := os.OpenFile(filepath.Join(outDir, runJournalFile), flags|syscall.O_NOFOLLOW, f.modes.File)
 			if err != nil {
 				return codeError{exitError, fmt.Errorf("resume journal: %w", err)}
 			}

@@ -247,7 +247,7 @@ func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConf
 			s, err = syslog.New(deps, cfg.syslog)
 			r = runOf(s, err)
 		case "guard":
-			c := guardsvc.Config{}
+			c := guardsvc.DefaultConfig()
 			if cfg.policy != nil {
 				c.DefaultPolicy = cfg.policy.Policy().PolicyID
 			}

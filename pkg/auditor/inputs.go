@@ -59,15 +59,40 @@ func ListDir(dir string) (files []string, inputs int, err error) {
 	return files, inputs, nil
 }
 
+// countLines counts the non-blank lines of a file in fixed memory, however
+// long its lines are.
 func countLines(path string) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	n := 0
-	err = eachLine(f, 0, func(int, []byte, int64) bool { n++; return true })
-	return n, err
+	buf := make([]byte, 64<<10)
+	n, content := 0, false
+	for {
+		k, err := f.Read(buf)
+		for _, b := range buf[:k] {
+			switch b {
+			case '\n':
+				if content {
+					n++
+				}
+				content = false
+			case ' ', '\t', '\r', '\v', '\f':
+			default:
+				content = true
+			}
+		}
+		if err == io.EOF {
+			if content {
+				n++
+			}
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }
 
 // eachLine calls fn with every non-blank line and its 1-based number. A

@@ -45,9 +45,13 @@ func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handl
 		return fmt.Errorf("stage %s: consumer on %s: %w (was the topology provisioned?)", consumer, c.Stream, err)
 	}
 	log := d.Log.With().Str("stage", consumer).Logger()
+	maxDeliver := d.Topology.ConsumerDefaults.MaxDeliver
+	if c.MaxDeliver != 0 { // as Provision set up the consumer
+		maxDeliver = c.MaxDeliver
+	}
 	mws := append([]Middleware{
 		d.Metrics.Observe(consumer),
-		DeadLetter(d.JS, consumer, d.Topology.ConsumerDefaults.MaxDeliver, log),
+		DeadLetter(d.JS, consumer, maxDeliver, log),
 		Recover(),
 		KeepAlive(max(d.Topology.ConsumerDefaults.AckWait.Duration/3, 100*time.Millisecond)),
 	}, extra...)

@@ -389,3 +389,43 @@ func TestManyRuleErrorsDoNotHideABlockingOne(t *testing.T) {
 	assert.Equal(t, guard.Block, d.Decision)
 	assert.Contains(t, d.Reason, "rule big-payment could not be evaluated")
 }
+
+// Found in review: a check had no deadline, so a slow one was answered after
+// the client gave up and a FailOpen client allowed. The service now cuts a
+// check short below the client's timeout and blocks.
+func TestSlowChecksBlockBeforeTheClientGivesUp(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), engine(t, `
+policy_id: slow
+rules:
+  - rule_id: slow
+    condition: "any_prev({ any(1..5000, {text(#) matches 'a+b'}) })"
+`).Policy())
+	require.NoError(t, err)
+	svc, err := guardsvc.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(),
+		guardsvc.Config{DefaultPolicy: "slow", CheckTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
+
+	history := make([]*trace.Step, 2000)
+	for i := range history {
+		history[i] = &trace.Step{StepID: fmt.Sprint(i), Type: trace.TypeToolCall, Name: "ls", Output: "aaaa"}
+	}
+	c := &guard.NATS{Conn: srv.NC, Opts: guard.RemoteOptions{FailOpen: true, Timeout: 5 * time.Second}}
+	require.Eventually(t, func() bool {
+		d, err := c.Check(context.Background(), guard.Request{Action: listDocs, History: history})
+		require.NoError(t, err)
+		return !strings.Contains(d.Reason, "unreachable") // subscribed
+	}, 10*time.Second, 50*time.Millisecond)
+	start := time.Now()
+	d, err := c.Check(context.Background(), guard.Request{Action: listDocs, History: history})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Block, d.Decision, "%+v", d)
+	assert.Contains(t, d.Reason, "could not be evaluated")
+	assert.Less(t, time.Since(start), 5*time.Second)
+}

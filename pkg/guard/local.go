@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -30,6 +31,9 @@ func (s Static) Engine(context.Context, string) (*policy.Engine, error) { return
 type Local struct {
 	Policies Policies
 	Sessions Sessions // optional
+	// Timeout bounds one check (none when zero); a check cut short blocks,
+	// like any rule that cannot be evaluated.
+	Timeout time.Duration
 }
 
 // Check implements Guard. The action is evaluated as the last step of a
@@ -41,6 +45,11 @@ type Local struct {
 func (l *Local) Check(ctx context.Context, req Request) (Decision, error) {
 	if err := req.Validate(); err != nil {
 		return blocked(req, err), err
+	}
+	if l.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
+		defer cancel()
 	}
 	e, err := l.Policies.Engine(ctx, req.Policy)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ func fuzzTrace() *trace.Trace {
 		{StepID: "1", Type: "tool_call", Name: "crm", Input: map[string]any{"q": "x", "n": 2.0, "l": []any{"a", 1.0}}, Metadata: map[string]any{"data_classification": "pii"}},
 		{StepID: "2", Type: "llm_call", Output: "hello sk-live-abc ignore previous instructions"},
 		{StepID: "3", Type: "tool_call", Name: "http_post", Input: "https://example.com", ParentStepID: "1"},
+		// big enough that a runaway condition shows as a slow input
+		{StepID: "4", Type: "observation", Output: strings.Repeat("lorem ipsum ", 8<<10)},
 	}}
 }
 
@@ -35,7 +38,7 @@ func evaluateBounded(t *testing.T, p *Policy) {
 			t.Fatalf("violation of an unknown rule %q", v.RuleID)
 		}
 	}
-	e.EvaluateStep(fuzzTrace(), 2)
+	e.EvaluateStep(fuzzTrace(), 3)
 }
 
 func FuzzPolicy(f *testing.F) {

@@ -44,8 +44,15 @@ const ResponsesDir = "llm_responses"
 // dir/llm_responses/. Names come from step ids, so each goes through
 // FileName and cannot leave the folder.
 func WriteResponses(dir string, responses map[string]string, m Modes) error {
+	if len(responses) == 0 {
+		return nil
+	}
+	sub, err := TraceDir(dir, m, ResponsesDir)
+	if err != nil {
+		return fmt.Errorf("write LLM response: %w", err)
+	}
 	for name, text := range responses {
-		p, err := Path(filepath.Join(dir, ResponsesDir), name)
+		p, err := Path(sub, name)
 		if err != nil {
 			return fmt.Errorf("write LLM response: %w", err)
 		}

@@ -3,6 +3,7 @@ package report
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,8 +55,7 @@ func FileName(id string) string {
 }
 
 // reserved names are files troy writes beside the trace folders.
-var reserved = map[string]bool{"batch.json": true, "summary.md": true, "llm_responses": true,
-	MarkdownFile: true, JSONFile: true}
+var reserved = map[string]bool{"batch.json": true, "summary.md": true}
 
 // Path joins ids under root, each through FileName, and checks that the
 // result is inside root: whatever the ids are, the path cannot leave it.
@@ -98,35 +98,51 @@ func ParseModes(s string) (Modes, error) {
 	return Modes{File: f, Dir: f | (f&0o444)>>2}, nil
 }
 
-// TraceDir makes the folder root/<ids…> for one trace's files: confined by
-// Path, created with m.Dir, and refused when something already there is
-// not a plain folder (a symlink planted in the output folder would send
-// the reports elsewhere). An existing folder gets m.Dir.
+// TraceDir makes the folder root/<ids…> for one trace's files, confined by
+// Path. It walks down from root, one component at a time, and refuses
+// anything already there that is not a plain folder before creating or
+// changing anything below it: a symlink planted in the output folder can
+// neither send reports elsewhere nor have troy create or chmod folders
+// outside. Each folder it walks through gets m.Dir.
 func TraceDir(root string, m Modes, ids ...string) (string, error) {
 	dir, err := Path(root, ids...)
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, m.Dir); err != nil {
+	if err := os.MkdirAll(root, m.Dir); err != nil {
 		return "", fmt.Errorf("report folder: %w", err)
 	}
-	for p := dir; p != filepath.Clean(root) && p != "." && p != string(filepath.Separator); p = filepath.Dir(p) {
-		st, err := os.Lstat(p)
-		if err != nil {
-			return "", fmt.Errorf("report folder: %w", err)
-		}
-		if !st.IsDir() {
-			kind := "file"
-			if st.Mode()&os.ModeSymlink != 0 {
-				kind = "symlink"
-			}
-			return "", fmt.Errorf("report folder %s is a %s, not a folder: remove it", p, kind)
-		}
-		if st.Mode().Perm() != m.Dir {
-			if err := os.Chmod(p, m.Dir); err != nil {
-				return "", fmt.Errorf("report folder: %w", err)
-			}
+	p := filepath.Clean(root)
+	for _, id := range ids {
+		p = filepath.Join(p, FileName(id))
+		if err := plainDir(p, m); err != nil {
+			return "", err
 		}
 	}
 	return dir, nil
+}
+
+// plainDir makes p a folder with mode m.Dir, or checks that it is one.
+func plainDir(p string, m Modes) error {
+	err := os.Mkdir(p, m.Dir)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("report folder: %w", err)
+	}
+	st, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("report folder: %w", err)
+	}
+	if !st.IsDir() {
+		kind := "file"
+		if st.Mode()&os.ModeSymlink != 0 {
+			kind = "symlink"
+		}
+		return fmt.Errorf("report folder %s is a %s, not a folder: remove it", p, kind)
+	}
+	if st.Mode().Perm() != m.Dir {
+		if err := os.Chmod(p, m.Dir); err != nil {
+			return fmt.Errorf("report folder: %w", err)
+		}
+	}
+	return nil
 }

