@@ -372,7 +372,7 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 	cfg := stackConfig{client: g.client("troy-audit"), dataDir: g.dataDir,
 		limits: trace.Limits{MaxBytes: f.maxTraceBytes, MaxSteps: f.maxSteps}}
 	if g.natsURL == "" || f.withServices {
-		cfg.targets = pipelineTargets
+		cfg.targets = componentNames(kindStage)
 		if cfg.llm, err = f.llm.resolve(cmd, cmd.ErrOrStderr()); err != nil {
 			return auditResult{}, codeError{exitError, err}
 		}

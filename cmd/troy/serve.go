@@ -132,7 +132,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), "services to run: all (the pipeline and the guard), or a comma list of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, splunk, syslog (env TROY_TARGET)")
+	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), targetHelp())
 	fl.StringVar(&natsAddr, "nats-addr", envOr("TROY_NATS_ADDR", "127.0.0.1:4222"), "client address of the embedded NATS server (env TROY_NATS_ADDR)")
 	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
 	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")

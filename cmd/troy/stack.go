@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,46 +21,9 @@ import (
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
-	"github.com/troy-audit/troy/services/evaluator"
-	"github.com/troy-audit/troy/services/explainer"
-	"github.com/troy-audit/troy/services/graph"
-	guardsvc "github.com/troy-audit/troy/services/guard"
-	"github.com/troy-audit/troy/services/ingest"
-	"github.com/troy-audit/troy/services/reporter"
-	"github.com/troy-audit/troy/services/scorer"
 	"github.com/troy-audit/troy/services/splunk"
-	"github.com/troy-audit/troy/services/streamer"
 	"github.com/troy-audit/troy/services/syslog"
 )
-
-// targets every `troy serve --target` accepts, in pipeline order.
-var allTargets = []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "streamer", "guard"}
-
-// pipelineTargets are the audit stages: what troy audit runs in-process.
-var pipelineTargets = allTargets[:6]
-
-// forwarderTargets send findings to SIEMs; they need a destination, so
-// "all" does not include them: name them.
-var forwarderTargets = []string{"splunk", "syslog"}
-
-func parseTargets(s string) ([]string, error) {
-	if s == "" || s == "all" {
-		return allTargets, nil
-	}
-	var out []string
-	for _, t := range strings.Split(s, ",") {
-		t = strings.TrimSpace(t)
-		if t == "all" {
-			out = append(out, allTargets...)
-			continue
-		}
-		if !slices.Contains(allTargets, t) && !slices.Contains(forwarderTargets, t) {
-			return nil, fmt.Errorf("--target %q: want all or one or more of %s", t, strings.Join(append(slices.Clone(allTargets), forwarderTargets...), ", "))
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
 
 // stackConfig is what a process needs to reach NATS and run services.
 type stackConfig struct {
@@ -163,101 +124,13 @@ type runFunc func(context.Context) error
 
 func (st *stack) buildServices(ctx context.Context, deps bus.Deps, cfg stackConfig, reg prometheus.Registerer) (map[string]runFunc, error) {
 	out := map[string]runFunc{}
-	workers := func(def int) int {
-		if cfg.workers > 0 {
-			return cfg.workers
-		}
-		return def
-	}
+	b := &builder{deps: deps, cfg: cfg, reg: reg, st: st}
 	for _, t := range cfg.targets {
-		var r runFunc
-		var err error
-		switch t {
-		case "ingest":
-			c := ingest.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			if cfg.limits != (trace.Limits{}) {
-				c.Limits = cfg.limits
-			}
-			var s *ingest.Service
-			s, err = ingest.New(deps, c)
-			r = runOf(s, err)
-		case "graph":
-			c := graph.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			var s *graph.Service
-			s, err = graph.New(deps, c)
-			r = runOf(s, err)
-		case "evaluator":
-			c := evaluator.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			if cfg.policy != nil {
-				c.DefaultPolicy = cfg.policy.Policy().PolicyID
-			}
-			c.Version = version
-			var s *evaluator.Service
-			s, err = evaluator.New(ctx, deps, c)
-			r = runOf(s, err)
-		case "explainer":
-			c := explainer.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			if cfg.llm != nil {
-				if c.Explainer, err = newLLMExplainer(ctx, deps, cfg.llm); err != nil {
-					return nil, err
-				}
-			}
-			var s *explainer.Service
-			s, err = explainer.New(deps, c)
-			r = runOf(s, err)
-		case "scorer":
-			c := scorer.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			var s *scorer.Service
-			s, err = scorer.New(deps, c)
-			r = runOf(s, err)
-		case "reporter":
-			c := reporter.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			c.Dir = cfg.reportsDir
-			if cfg.reportModes.File != 0 {
-				c.Modes = cfg.reportModes
-			}
-			var s *reporter.Service
-			s, err = reporter.New(ctx, deps, c)
-			r = runOf(s, err)
-		case "streamer":
-			c := streamer.DefaultConfig()
-			c.Workers = workers(c.Workers)
-			c.Version = version
-			if cfg.streamIdle > 0 {
-				c.IdleTimeout = cfg.streamIdle
-			}
-			if cfg.policy != nil {
-				c.DefaultPolicy = cfg.policy.Policy().PolicyID
-			}
-			var s *streamer.Service
-			s, err = streamer.New(ctx, deps, c)
-			r = runOf(s, err)
-		case "splunk":
-			var s *splunk.Service
-			s, err = splunk.New(deps, cfg.splunk)
-			r = runOf(s, err)
-		case "syslog":
-			var s *syslog.Service
-			s, err = syslog.New(deps, cfg.syslog)
-			r = runOf(s, err)
-		case "guard":
-			c := guardsvc.DefaultConfig()
-			if cfg.policy != nil {
-				c.DefaultPolicy = cfg.policy.Policy().PolicyID
-			}
-			var s *guardsvc.Service
-			s, err = guardsvc.New(ctx, st.nc, deps, reg, c)
-			r = runOf(s, err)
-			if err == nil {
-				st.guard = s.Guard()
-			}
+		c, ok := lookupComponent(t)
+		if !ok {
+			return nil, fmt.Errorf("no component %q", t)
 		}
+		r, err := c.build(ctx, b)
 		if err != nil {
 			return nil, err
 		}
@@ -276,13 +149,6 @@ func newLLMExplainer(ctx context.Context, deps bus.Deps, s *llmSetup) (*explain.
 		return nil, err
 	}
 	return &explain.LLM{Client: client, Cache: cache}, nil
-}
-
-func runOf[S interface{ Run(context.Context) error }](s S, err error) runFunc {
-	if err != nil {
-		return nil
-	}
-	return s.Run
 }
 
 func (s *stack) fail(err error) {

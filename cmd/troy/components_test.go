@@ -1,0 +1,51 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+)
+
+// docker-compose.yml runs every registered component as its own container,
+// each with a target the registry knows.
+func TestDockerComposeMatchesTheRegistry(t *testing.T) {
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	require.NoError(t, err)
+	var doc struct {
+		Services map[string]struct {
+			Command []string `json:"command"`
+		} `json:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	var composed []string
+	for name, svc := range doc.Services {
+		i := slices.Index(svc.Command, "--target")
+		if len(svc.Command) == 0 || svc.Command[0] != "serve" || i < 0 || i+1 >= len(svc.Command) {
+			continue
+		}
+		target := svc.Command[i+1]
+		_, ok := lookupComponent(target)
+		assert.True(t, ok, "compose service %s runs unknown target %q", name, target)
+		composed = append(composed, target)
+	}
+	for _, c := range components {
+		assert.Contains(t, composed, c.name, "component %s has no compose service", c.name)
+	}
+}
+
+func TestParseTargets(t *testing.T) {
+	all, err := parseTargets("all")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "streamer", "guard"}, all)
+	got, err := parseTargets("evaluator, splunk")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"evaluator", "splunk"}, got)
+	_, err = parseTargets("evaluatr")
+	assert.ErrorContains(t, err, `--target "evaluatr": want all or one or more of ingest, graph`)
+	assert.Equal(t, []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter"}, componentNames(kindStage))
+	assert.Contains(t, targetHelp(), "splunk, syslog")
+}
