@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
@@ -432,7 +433,7 @@ func TestViolationsBecomeFindingsOnce(t *testing.T) {
 	publish(t, srv.JS, "troy.graph.r9", g, h) // a redelivery, as after a crash
 	next(t, evals)
 
-	vs, err := srv.JS.Stream(context.Background(), "TROY_VIOLATIONS")
+	vs, err := srv.JS.Stream(context.Background(), pipelines.StreamViolations)
 	require.NoError(t, err)
 	info, err := vs.Info(context.Background(), jetstream.WithSubjectFilter("troy.violations.>"))
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/events"
@@ -111,7 +112,7 @@ func noFinding(t *testing.T, ch chan *nats.Msg) {
 // then the whole trace is reported as usual.
 func TestStreamingAudit(t *testing.T) {
 	srv, _ := startStreaming(t, time.Minute)
-	findings := streamed(t, srv, "TROY_VIOLATIONS")
+	findings := streamed(t, srv, pipelines.StreamViolations)
 	reports := subscribe(t, srv.NC, "troy.report.live")
 
 	sendStep(t, srv, "run-1", `{"step_id": "1", "type": "tool_call", "name": "crm", "metadata": {"data_classification": "pii"}}`)
@@ -153,7 +154,7 @@ func TestStreamedTraceEndsWhenIdle(t *testing.T) {
 func TestOTLPExportIsStreamed(t *testing.T) {
 	srv, _ := startStreaming(t, time.Minute)
 	reports := subscribe(t, srv.NC, "troy.report.live")
-	findings := streamed(t, srv, "TROY_VIOLATIONS")
+	findings := streamed(t, srv, pipelines.StreamViolations)
 	web := httptest.NewServer(httpapi.Traces(srv.JS, httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: "streaming"}))
 	defer web.Close()
 

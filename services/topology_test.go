@@ -13,6 +13,7 @@ import (
 	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/services/evaluator"
@@ -26,21 +27,21 @@ import (
 	"github.com/troy-audit/troy/services/syslog"
 )
 
-// What each service's code says it reads and writes.
+// What each service's code declares it reads and writes.
 var services = []struct {
 	consumer string
 	consumes []string // subject filters
 	produces []string // stages
 }{
-	{ingest.Consumer, []string{"troy.ingest.*"}, ingest.Produces},
-	{streamer.Consumer, []string{bus.StepPrefix + ">", bus.EndPrefix + ">"}, streamer.Produces},
-	{graph.Consumer, []string{bus.Wildcard(bus.StageTrace)}, graph.Produces},
-	{evaluator.Consumer, []string{bus.Wildcard(bus.StageGraph)}, evaluator.Produces},
-	{explainer.Consumer, []string{bus.Wildcard(bus.StageGraph)}, explainer.Produces},
-	{scorer.Consumer, []string{bus.Wildcard(bus.StageEval)}, scorer.Produces},
-	{reporter.Consumer, []string{bus.Wildcard(bus.StageScore), bus.Wildcard(bus.StageExplain)}, reporter.Produces},
-	{splunk.Consumer, []string{bus.Wildcard(bus.StageViolations)}, nil},
-	{syslog.Consumer, []string{bus.Wildcard(bus.StageViolations)}, nil},
+	{ingest.Consumer, ingest.Consumes, ingest.Produces},
+	{streamer.Consumer, streamer.Consumes, streamer.Produces},
+	{graph.Consumer, graph.Consumes, graph.Produces},
+	{evaluator.Consumer, evaluator.Consumes, evaluator.Produces},
+	{explainer.Consumer, explainer.Consumes, explainer.Produces},
+	{scorer.Consumer, scorer.Consumes, scorer.Produces},
+	{reporter.Consumer, reporter.Consumes, reporter.Produces},
+	{splunk.Consumer, splunk.Consumes, splunk.Produces},
+	{syslog.Consumer, syslog.Consumes, syslog.Produces},
 }
 
 // subjectMatches implements NATS wildcard matching (* one token, > the rest).
@@ -100,9 +101,11 @@ func TestTopologyMatchesCode(t *testing.T) {
 	for _, b := range topo.Buckets {
 		buckets = append(buckets, b.Name)
 	}
-	for _, b := range []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket} {
+	inCode := []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket, explain.CacheBucket}
+	for _, b := range inCode {
 		assert.True(t, slices.Contains(buckets, b), "bucket %s used in code is provisioned", b)
 	}
+	assert.ElementsMatch(t, buckets, inCode, "every provisioned bucket is used")
 	assert.Positive(t, topo.ConsumerDefaults.MaxDeliver, "dead-lettering needs a delivery limit")
 }
 

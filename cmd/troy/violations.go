@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
 )
 
 // ViolationsStream holds the findings (pipelines/topology.yaml).
-const ViolationsStream = "TROY_VIOLATIONS"
+const ViolationsStream = pipelines.StreamViolations
 
 func newViolationsCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "violations", Short: "Read the OCSF findings troy publishes for SIEMs"}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -24,8 +25,8 @@ import (
 // Streams the auditor reads (pipelines/topology.yaml): reports and
 // rejections, and dead letters, which end an input that will never be reported.
 const (
-	OutcomesStream   = "TROY_OUTCOMES"
-	DeadLetterStream = "TROY_DLQ"
+	OutcomesStream   = pipelines.StreamOutcomes
+	DeadLetterStream = pipelines.StreamDlq
 )
 
 // Outcome is the end of one input: a finished report or a rejection.

@@ -6,11 +6,13 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pipelines"
 )
 
 // CacheBucket keeps explanations by content key, so auditing the same trace
 // again, or resuming one after a crash, pays for no call twice.
-const CacheBucket = "troy_explanations"
+const CacheBucket = pipelines.BucketExplanations
 
 // KVCache is a Cache in a JetStream KV bucket.
 type KVCache struct{ kv jetstream.KeyValue }

@@ -9,13 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // SessionBucket holds each session's allowed actions; entries expire with
 // the bucket's TTL (pipelines/topology.yaml).
-const SessionBucket = "troy_sessions"
+const SessionBucket = pipelines.BucketSessions
 
 // MaxSessionSteps bounds the history kept per session (the latest win).
 const MaxSessionSteps = 500

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -35,7 +36,7 @@ func TestPostTrace(t *testing.T) {
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
 	assert.Equal(t, "h1", out["trace_id"])
 	assert.Equal(t, "sha256:def", out["policy"])
-	s, err := srv.JS.Stream(context.Background(), "TROY_INGEST")
+	s, err := srv.JS.Stream(context.Background(), pipelines.StreamIngest)
 	require.NoError(t, err)
 	m, err := s.GetLastMsgForSubject(context.Background(), "troy.ingest.r1")
 	require.NoError(t, err)

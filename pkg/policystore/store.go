@@ -15,12 +15,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/policy"
 )
 
 // Bucket is the KV bucket of policy versions.
-const Bucket = "troy_policies"
+const Bucket = pipelines.BucketPolicies
 
 // Key prefixes: versions by hash, latest version by policy id.
 const (

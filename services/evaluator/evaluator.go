@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/ocsf"
@@ -19,10 +20,13 @@ import (
 )
 
 // Consumer is the durable consumer this service reads (troy.graph.>).
-const Consumer = "evaluator"
+const Consumer = pipelines.ConsumerEvaluator
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageEval, bus.StageViolations}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Wildcard(bus.StageGraph)}
 
 // Config tunes the service.
 type Config struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/explain"
@@ -17,10 +18,13 @@ import (
 )
 
 // Consumer is the durable consumer this service reads (troy.graph.>).
-const Consumer = "explainer"
+const Consumer = pipelines.ConsumerExplainer
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageExplain}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Wildcard(bus.StageGraph)}
 
 // Explainer explains one trace. The offline heuristic is the default; an LLM
 // explainer replaces it without changing the stage.

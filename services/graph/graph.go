@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	pgraph "github.com/troy-audit/troy/pkg/graph"
@@ -15,10 +16,13 @@ import (
 )
 
 // Consumer is the durable consumer this service reads (troy.trace.>).
-const Consumer = "graph"
+const Consumer = pipelines.ConsumerGraph
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageGraph}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Wildcard(bus.StageTrace)}
 
 // Config tunes the service.
 type Config struct{ Workers int }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/otlp"
@@ -17,10 +18,13 @@ import (
 )
 
 // Consumer is the durable consumer this service reads (troy.ingest.>).
-const Consumer = "ingest"
+const Consumer = pipelines.ConsumerIngest
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageTrace, bus.StageRejected}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Subject(bus.StageIngest, "*")}
 
 // Config tunes the service.
 type Config struct {

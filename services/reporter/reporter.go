@@ -11,16 +11,17 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/report"
 )
 
 // Consumer is the durable consumer this service reads (troy.score.>, troy.explain.>).
-const Consumer = "reporter"
+const Consumer = pipelines.ConsumerReporter
 
 // JoinBucket holds the half of each trace that arrived first.
-const JoinBucket = "troy_join"
+const JoinBucket = pipelines.BucketJoin
 
 // markerTTL is how long a finished join's purge marker lives; nothing
 // watches the bucket, so the shortest the server allows.
@@ -28,6 +29,9 @@ const markerTTL = time.Second
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageReport}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Wildcard(bus.StageScore), bus.Wildcard(bus.StageExplain)}
 
 // Config tunes the service.
 type Config struct {

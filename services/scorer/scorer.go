@@ -7,16 +7,20 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/score"
 )
 
 // Consumer is the durable consumer this service reads (troy.eval.>).
-const Consumer = "scorer"
+const Consumer = pipelines.ConsumerScorer
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageScore}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Wildcard(bus.StageEval)}
 
 // Config tunes the service.
 type Config struct{ Workers int }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -25,13 +26,16 @@ import (
 )
 
 // Consumer is the durable consumer this service reads.
-const Consumer = "streamer"
+const Consumer = pipelines.ConsumerStreamer
 
 // Bucket keeps open traces.
-const Bucket = "troy_streams"
+const Bucket = pipelines.BucketStreams
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageViolations, bus.StageIngest}
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.StepPrefix + ">", bus.EndPrefix + ">"}
 
 // Config tunes the service.
 type Config struct {

@@ -12,13 +12,20 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/siem"
 )
 
 // Consumer is the durable consumer this forwarder reads (troy.violations.>).
-const Consumer = "syslog"
+const Consumer = pipelines.ConsumerSyslog
+
+// Consumes lists the subjects this service reads (its consumer's filters).
+var Consumes = []string{bus.Wildcard(bus.StageViolations)}
+
+// Produces lists the stages this service publishes to: none, it forwards.
+var Produces []string
 
 // Config says where to send.
 type Config struct {
