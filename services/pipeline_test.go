@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -364,11 +365,11 @@ func (p poisonGraph) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return bus.RunStage(ctx, p.deps, graph.Consumer, 2, func(ctx context.Context, m jetstream.Msg) error {
-		if strings.Contains(string(m.Data()), `"poison"`) {
-			return bus.Permanentf("cannot graph poison")
+	return bus.RunRouterStage(ctx, p.deps, graph.Consumer, 2, func(m *message.Message) ([]*message.Message, error) {
+		if strings.Contains(string(m.Payload), `"poison"`) {
+			return nil, bus.Permanentf("cannot graph poison")
 		}
-		return svc.Handle(ctx, m)
+		return svc.Handle(m)
 	})
 }
 

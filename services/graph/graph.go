@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -52,27 +52,31 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 	return &Service{deps: deps, cfg: cfg}, nil
 }
 
-// Run consumes until ctx is cancelled.
+// Run consumes until ctx is cancelled, on watermill's router.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
 }
 
-// Handle processes one canonical trace (exported for tests that wrap it).
-func (s *Service) Handle(ctx context.Context, m jetstream.Msg) error {
+// Handle is the stage: a canonical trace in, the trace with its execution
+// graph out, addressed to troy.graph.<run>. It knows nothing of the
+// transport (a test runs it on watermill's gochannel).
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	var tr trace.Trace
-	if err := events.Unmarshal(m.Data(), &tr); err != nil {
-		return bus.Permanentf("malformed canonical trace: %w", err)
+	if err := events.Unmarshal(m.Payload, &tr); err != nil {
+		return nil, bus.Permanentf("malformed canonical trace: %w", err)
 	}
 	g := events.Graphed{Trace: &tr}
 	if err := g.Validate(); err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
 	g.Graph = pgraph.Build(&tr)
 	body, err := events.Marshal(g)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	h := m.Headers()
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageGraph, bus.RunOf(m.Subject())), Data: body,
-		Header: bus.Forward(h, m, tr.TraceID), MsgID: bus.MsgID(bus.StageGraph, bus.KeyOf(m, tr.TraceID), h.Get(bus.HeaderPolicy))})
+	meta := bus.ForwardMetadata(m.Metadata, tr.TraceID)
+	out := message.NewMessage(bus.MsgID(bus.StageGraph, meta.Get(bus.HeaderKey), m.Metadata.Get(bus.HeaderPolicy)), body)
+	out.Metadata = meta
+	out.Metadata.Set(bus.MetaPublishTo, bus.Subject(bus.StageGraph, meta.Get(bus.HeaderRun)))
+	return []*message.Message{out}, nil
 }

@@ -1,0 +1,216 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pipelines"
+)
+
+// Metadata keys the transport sets on a received message besides its
+// headers. They start with "_" and are never sent as headers.
+const (
+	MetaSubject    = "_subject"    // the subject it arrived on (troy.<stage>.<run>)
+	MetaDeliveries = "_deliveries" // how many times JetStream has delivered it
+	// MetaPublishTo, on an outgoing message, overrides the topic it is
+	// published to (a stage that writes to several subjects).
+	MetaPublishTo = "_publish_to"
+)
+
+// Subscriber is a watermill Subscriber over JetStream durable pull
+// consumers: Subscribe's topic is a consumer name from the topology. Each
+// message is acked when the router acks it (after its outputs are stored),
+// nacked with a delay when it is nacked, and kept alive (InProgress) while
+// the handler runs. At most Workers messages are in flight.
+type Subscriber struct {
+	JS       jetstream.JetStream
+	Topology *pipelines.Topology
+	Workers  int
+	// RetryDelay is the redelivery delay after a nack (default 500ms).
+	RetryDelay time.Duration
+
+	wg sync.WaitGroup
+}
+
+// Subscribe implements message.Subscriber.
+func (s *Subscriber) Subscribe(ctx context.Context, consumer string) (<-chan *message.Message, error) {
+	c, ok := s.Topology.Consumer(consumer)
+	if !ok {
+		return nil, fmt.Errorf("subscribe %s: no consumer of that name in pipelines/topology.yaml", consumer)
+	}
+	cons, err := s.JS.Consumer(ctx, c.Stream, consumer)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: consumer on %s: %w (was the topology provisioned?)", consumer, c.Stream, err)
+	}
+	workers := max(s.Workers, 1)
+	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", consumer, err)
+	}
+	keepAlive := max(s.Topology.ConsumerDefaults.AckWait.Duration/3, 100*time.Millisecond)
+	retry := s.RetryDelay
+	if retry <= 0 {
+		retry = 500 * time.Millisecond
+	}
+	out := make(chan *message.Message)
+	in := make(chan jetstream.Msg)
+	var workersWG sync.WaitGroup
+	s.wg.Add(1)
+	go func() { // one reader: the iterator is read from one goroutine
+		defer s.wg.Done()
+		defer close(in)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			select {
+			case in <- m:
+			case <-ctx.Done():
+				return // unacked: redelivered after the ack wait
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for range workers {
+		workersWG.Go(func() {
+			for jm := range in {
+				s.deliver(ctx, jm, out, keepAlive, retry)
+			}
+		})
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		workersWG.Wait()
+		close(out)
+	}()
+	return out, nil
+}
+
+// deliver hands one message to the router and settles it as the router
+// does.
+func (s *Subscriber) deliver(ctx context.Context, jm jetstream.Msg, out chan<- *message.Message, keepAlive, retry time.Duration) {
+	msg := ToMessage(jm)
+	msg.SetContext(ctx)
+	select {
+	case out <- msg:
+	case <-ctx.Done():
+		return
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-msg.Acked():
+			_ = jm.Ack()
+			return
+		case <-msg.Nacked():
+			_ = jm.NakWithDelay(retry)
+			return
+		case <-tick.C:
+			_ = jm.InProgress()
+		case <-ctx.Done():
+			return // redelivered after the ack wait
+		}
+	}
+}
+
+// Close implements message.Subscriber: it waits for the subscriptions,
+// which end when their context does.
+func (s *Subscriber) Close() error {
+	s.wg.Wait()
+	return nil
+}
+
+// ToMessage turns a JetStream message into a watermill one: its id is the
+// Nats-Msg-Id (or the stream and sequence), its headers its metadata.
+func ToMessage(jm jetstream.Msg) *message.Message {
+	h := jm.Headers()
+	id := h.Get(HeaderMsgID)
+	md, mdErr := jm.Metadata()
+	if id == "" && mdErr == nil {
+		id = md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	msg := message.NewMessage(id, jm.Data())
+	for k, v := range h {
+		if len(v) > 0 && k != HeaderMsgID {
+			msg.Metadata.Set(k, v[0])
+		}
+	}
+	msg.Metadata.Set(MetaSubject, jm.Subject())
+	if mdErr == nil {
+		msg.Metadata.Set(MetaDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+	}
+	return msg
+}
+
+// Publisher is a watermill Publisher over JetStream: every message is
+// published asynchronously with its UUID as Nats-Msg-Id (so a republished
+// output is stored once), and Publish returns once all are stored.
+type Publisher struct {
+	JS jetstream.JetStream
+	// Timeout bounds waiting for the acks of one Publish (default 10s).
+	Timeout time.Duration
+}
+
+// Publish implements message.Publisher. The topic is the subject, unless a
+// message's MetaPublishTo names another.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		subject := topic
+		if to := m.Metadata.Get(MetaPublishTo); to != "" {
+			subject = to
+		}
+		if len(subject) > MaxSubjectBytes {
+			return Permanentf("subject of %d bytes (%.40s…), over the %d-byte limit", len(subject), subject, MaxSubjectBytes)
+		}
+		nm := nats.NewMsg(subject)
+		nm.Data = m.Payload
+		for k, v := range m.Metadata {
+			if len(k) > 0 && k[0] != '_' {
+				nm.Header.Set(k, v)
+			}
+		}
+		nm.Header.Set(HeaderMsgID, m.UUID)
+		f, err := p.JS.PublishMsgAsync(nm)
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", subject, err)
+		}
+		futures = append(futures, f)
+	}
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-deadline.C:
+			return fmt.Errorf("publish %s: no ack within %s", f.Msg().Subject, timeout)
+		}
+	}
+	return nil
+}
+
+// Close implements message.Publisher.
+func (p *Publisher) Close() error { return nil }
