@@ -20,6 +20,7 @@ import (
 const (
 	MetaSubject    = "_subject"    // the subject it arrived on (troy.<stage>.<run>)
 	MetaDeliveries = "_deliveries" // how many times JetStream has delivered it
+	MetaSequence   = "_sequence"   // its sequence in its stream
 	// MetaPublishTo, on an outgoing message, overrides the topic it is
 	// published to (a stage that writes to several subjects).
 	MetaPublishTo = "_publish_to"
@@ -155,6 +156,7 @@ func ToMessage(jm jetstream.Msg) *message.Message {
 	msg.Metadata.Set(MetaSubject, jm.Subject())
 	if mdErr == nil {
 		msg.Metadata.Set(MetaDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+		msg.Metadata.Set(MetaSequence, strconv.FormatUint(md.Sequence.Stream, 10))
 	}
 	return msg
 }

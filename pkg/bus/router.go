@@ -172,3 +172,15 @@ func ForwardMetadata(in message.Metadata, traceID string) message.Metadata {
 	}
 	return out
 }
+
+// NewOutput is a stage's output for one input: its id (and so its
+// Nats-Msg-Id) is derived from the input's key, the stage and the policy,
+// so a redelivered input's output is stored once; it carries the input's
+// pipeline headers and goes to troy.<stage>.<run>.
+func NewOutput(stage string, in message.Metadata, traceID, policyHash string, body []byte) *message.Message {
+	meta := ForwardMetadata(in, traceID)
+	out := message.NewMessage(MsgID(stage, meta.Get(HeaderKey), policyHash), body)
+	out.Metadata = meta
+	out.Metadata.Set(MetaPublishTo, Subject(stage, meta.Get(HeaderRun)))
+	return out
+}

@@ -5,9 +5,8 @@ package explainer
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -79,27 +78,27 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 	return &Service{deps: deps, cfg: cfg}, nil
 }
 
-// Run consumes until ctx is cancelled. Explaining can take many LLM calls,
-// so messages are kept alive while they are worked on.
+// Run consumes until ctx is cancelled, on watermill's router. Explaining
+// can take many LLM calls: the transport keeps a message alive while its
+// handler runs.
 func (s *Service) Run(ctx context.Context) error {
-	every := s.deps.Topology.ConsumerDefaults.AckWait.Duration / 3
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle, bus.KeepAlive(max(every, time.Second)))
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
-	g, err := events.Decode[events.Graphed](m.Data())
+// Handle is the stage: a graphed trace in, its explanation out, addressed
+// to troy.explain.<run>.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	g, err := events.Decode[events.Graphed](m.Payload)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	ex, err := s.cfg.Explainer.Explain(ctx, g.Trace, g.Graph)
+	ex, err := s.cfg.Explainer.Explain(m.Context(), g.Trace, g.Graph)
 	if err != nil {
-		return fmt.Errorf("explain %s: %w", g.Trace.TraceID, err)
+		return nil, fmt.Errorf("explain %s: %w", g.Trace.TraceID, err)
 	}
 	body, err := events.Marshal(events.Explained{Trace: g.Trace, Graph: g.Graph, Explanation: ex})
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	out := bus.Forward(m.Headers(), m, g.Trace.TraceID)
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageExplain, bus.RunOf(m.Subject())), Data: body,
-		Header: out, MsgID: bus.MsgID(bus.StageExplain, out.Get(bus.HeaderKey), "")})
+	return []*message.Message{bus.NewOutput(bus.StageExplain, m.Metadata, g.Trace.TraceID, "", body)}, nil
 }

@@ -74,9 +74,5 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	if err != nil {
 		return nil, bus.Permanent(err)
 	}
-	meta := bus.ForwardMetadata(m.Metadata, tr.TraceID)
-	out := message.NewMessage(bus.MsgID(bus.StageGraph, meta.Get(bus.HeaderKey), m.Metadata.Get(bus.HeaderPolicy)), body)
-	out.Metadata = meta
-	out.Metadata.Set(bus.MetaPublishTo, bus.Subject(bus.StageGraph, meta.Get(bus.HeaderRun)))
-	return []*message.Message{out}, nil
+	return []*message.Message{bus.NewOutput(bus.StageGraph, m.Metadata, tr.TraceID, m.Metadata.Get(bus.HeaderPolicy), body)}, nil
 }

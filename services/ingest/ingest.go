@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -82,16 +82,19 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 	return &Service{deps: deps, cfg: cfg}, nil
 }
 
-// Run consumes until ctx is cancelled.
+// Run consumes until ctx is cancelled, on watermill's router.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
-	in := m.Headers()
-	run := bus.RunOf(m.Subject())
+// Handle is the stage: a raw document in, its canonical trace out on
+// troy.trace.<run>, or its rejection (every problem) on troy.rejected.<run>.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	in := m.Metadata
+	subject := in.Get(bus.MetaSubject)
+	run := bus.RunOf(subject)
 	if !bus.ValidRun(run) {
-		return bus.Permanentf("subject %q has no valid run token (want troy.ingest.<run>)", m.Subject())
+		return nil, bus.Permanentf("subject %q has no valid run token (want troy.ingest.<run>)", subject)
 	}
 	source := in.Get(bus.HeaderSource)
 	// A document sent with no source names that place on the stream, so
@@ -99,37 +102,36 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	// key, and so the message id, would be the run's alone).
 	where := source
 	if where == "" {
-		if md, err := m.Metadata(); err == nil {
-			where = fmt.Sprintf("%s#%d", m.Subject(), md.Sequence.Stream)
-		}
+		where = subject + "#" + in.Get(bus.MetaSequence)
 	}
-	out := bus.Forward(in, m, "")
-	out.Set(bus.HeaderRun, run)
 	policyHash := in.Get(bus.HeaderPolicy)
+	output := func(stage, key string, body []byte) []*message.Message {
+		out := message.NewMessage(bus.MsgID(stage, key, policyHash), body)
+		out.Metadata = bus.ForwardMetadata(in, "")
+		out.Metadata.Set(bus.HeaderRun, run)
+		out.Metadata.Set(bus.HeaderKey, key)
+		out.Metadata.Set(bus.MetaPublishTo, bus.Subject(stage, run))
+		return []*message.Message{out}
+	}
 
-	tr, err := Parse(m.Data(), s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))
+	tr, err := Parse(m.Payload, s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))
 	var invalid *trace.InvalidError
 	if errors.As(err, &invalid) {
 		key := bus.Key(run, where, "")
 		if source == "" && invalid.TraceID != "" {
 			key = bus.Key(run, "", invalid.TraceID)
 		}
-		out.Set(bus.HeaderKey, key)
 		body, _ := events.Marshal(events.Rejected{Source: where, TraceID: invalid.TraceID, Problems: invalid.Problems})
 		s.deps.Log.Info().Str("run", run).Str("source", source).Str("trace_id", invalid.TraceID).
 			Int("problems", len(invalid.Problems)).Msg("trace rejected")
-		return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageRejected, run), Data: body, Header: out,
-			MsgID: bus.MsgID(bus.StageRejected, key, policyHash)})
+		return output(bus.StageRejected, key, body), nil
 	}
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	key := bus.Key(run, source, tr.TraceID)
-	out.Set(bus.HeaderKey, key)
 	body, err := events.Marshal(tr)
 	if err != nil {
-		return bus.Permanent(fmt.Errorf("encode trace %s: %w", tr.TraceID, err))
+		return nil, bus.Permanent(fmt.Errorf("encode trace %s: %w", tr.TraceID, err))
 	}
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageTrace, run), Data: body, Header: out,
-		MsgID: bus.MsgID(bus.StageTrace, key, policyHash)})
+	return output(bus.StageTrace, bus.Key(run, source, tr.TraceID), body), nil
 }

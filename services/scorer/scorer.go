@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -50,21 +50,21 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 	return &Service{deps: deps, cfg: cfg}, nil
 }
 
-// Run consumes until ctx is cancelled.
+// Run consumes until ctx is cancelled, on watermill's router.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
-	ev, err := events.Decode[events.Evaluated](m.Data())
+// Handle is the stage: an evaluation in, the evaluation and its risk score
+// out, addressed to troy.score.<run>.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	ev, err := events.Decode[events.Evaluated](m.Payload)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
 	body, err := events.Marshal(events.Scored{Evaluated: *ev, Score: score.Compute(ev.Violations)})
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	out := bus.Forward(m.Headers(), m, ev.TraceID)
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageScore, bus.RunOf(m.Subject())), Data: body,
-		Header: out, MsgID: bus.MsgID(bus.StageScore, out.Get(bus.HeaderKey), ev.PolicyHash)})
+	return []*message.Message{bus.NewOutput(bus.StageScore, m.Metadata, ev.TraceID, ev.PolicyHash, body)}, nil
 }
