@@ -3,6 +3,8 @@ package ocsf
 import (
 	"context"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/bus"
@@ -26,4 +28,21 @@ func Publish(ctx context.Context, js jetstream.JetStream, traceKey string, vs []
 		}
 	}
 	return nil
+}
+
+// Messages are the findings of a trace as messages for a watermill stage to
+// return: each addressed to its violations subject, with its uid as id.
+func Messages(traceKey string, vs []policy.Violation, c Context) ([]*message.Message, error) {
+	out := make([]*message.Message, 0, len(vs))
+	for _, v := range vs {
+		uid := UID(traceKey, v.StepID, v.RuleID, c.PolicyHash)
+		body, err := events.Marshal(FromViolation(v, uid, c))
+		if err != nil {
+			return nil, bus.Permanent(err)
+		}
+		m := message.NewMessage(uid, body)
+		m.Metadata.Set(bus.MetaPublishTo, Subject(v.Severity, v.RuleID))
+		out = append(out, m)
+	}
+	return out, nil
 }

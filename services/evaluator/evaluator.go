@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -16,7 +16,6 @@ import (
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
-	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // Consumer is the durable consumer this service reads (troy.graph.>).
@@ -79,50 +78,49 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.policies.Watch(ctx); err != nil {
 		return err
 	}
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
-	g, err := events.Decode[events.Graphed](m.Data())
+// Handle is the stage: a graphed trace in; its OCSF findings (one per
+// violation, on troy.violations.<severity>.<rule>, first in the list: a
+// SIEM never waits for the score, the explainer or the report) and its
+// evaluation (troy.eval.<run>) out. A streamed trace's findings went out
+// as its steps arrived.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	ctx := m.Context()
+	g, err := events.Decode[events.Graphed](m.Payload)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	ref := m.Headers().Get(bus.HeaderPolicy)
+	ref := m.Metadata.Get(bus.HeaderPolicy)
 	if id, ok := g.Trace.Metadata["policy_id"].(string); ok && ref == "" {
 		ref = id // a trace may name its policy
 	}
 	engine, err := s.engine(ctx, ref)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res := events.Evaluated{TraceID: g.Trace.TraceID, PolicyID: engine.Policy().PolicyID, PolicyHash: engine.Hash(),
 		Result: engine.EvaluateContext(ctx, g.Trace)}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("evaluate %s: %w (it is redelivered)", g.Trace.TraceID, err) // shutting down: not a verdict
+		return nil, fmt.Errorf("evaluate %s: %w (it is redelivered)", g.Trace.TraceID, err) // shutting down: not a verdict
 	}
 	body, err := events.Marshal(res)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	out := bus.Forward(m.Headers(), m, g.Trace.TraceID)
-	out.Set(bus.HeaderPolicy, engine.Hash())
-	run := bus.RunOf(m.Subject())
-	// Findings go out first and on their own subjects: a SIEM never waits
-	// for the score, the explainer or the report. A streamed trace's were
-	// published as its steps arrived.
-	if m.Headers().Get(bus.HeaderStreamed) == "" {
-		if err := s.publishFindings(ctx, g.Trace, res, out.Get(bus.HeaderKey), run); err != nil {
-			return err
-		}
+	eval := bus.NewOutput(bus.StageEval, m.Metadata, g.Trace.TraceID, engine.Hash(), body)
+	eval.Metadata.Set(bus.HeaderPolicy, engine.Hash())
+	if m.Metadata.Get(bus.HeaderStreamed) != "" {
+		return []*message.Message{eval}, nil
 	}
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageEval, run), Data: body,
-		Header: out, MsgID: bus.MsgID(bus.StageEval, out.Get(bus.HeaderKey), engine.Hash())})
-}
-
-// publishFindings sends one OCSF finding per violation (see ocsf.Publish).
-func (s *Service) publishFindings(ctx context.Context, t *trace.Trace, res events.Evaluated, key, run string) error {
-	c := ocsf.Context{Trace: t, PolicyID: res.PolicyID, PolicyHash: res.PolicyHash, Run: run, Product: s.cfg.Version, Now: s.cfg.Now()}
-	return ocsf.Publish(ctx, s.deps.JS, key, res.Violations, c)
+	c := ocsf.Context{Trace: g.Trace, PolicyID: res.PolicyID, PolicyHash: res.PolicyHash, Run: eval.Metadata.Get(bus.HeaderRun),
+		Product: s.cfg.Version, Now: s.cfg.Now()}
+	out, err := ocsf.Messages(eval.Metadata.Get(bus.HeaderKey), res.Violations, c)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, eval), nil
 }
 
 func (s *Service) engine(ctx context.Context, hash string) (*policy.Engine, error) {
