@@ -21,7 +21,11 @@ import (
 // for the delivery limit and to dead-letter what panicked; watermill's
 // Recoverer (a panic is an error) and CorrelationID (the input's id follows
 // every output).
-func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h message.HandlerFunc) error {
+func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h message.HandlerFunc, opts ...StageOption) error {
+	var o stageOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	c, ok := d.Topology.Consumer(consumer)
 	if !ok {
 		return fmt.Errorf("stage %s: no consumer of that name in pipelines/topology.yaml", consumer)
@@ -50,12 +54,29 @@ func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h
 		middleware.CorrelationID,
 	)
 	sub := &Subscriber{JS: d.JS, Topology: d.Topology, Workers: workers}
-	r.AddHandler(consumer, consumer, sub, "", pub, h)
+	var outputs message.Publisher = pub
+	if o.publisher != nil {
+		outputs = o.publisher(pub)
+	}
+	r.AddHandler(consumer, consumer, sub, "", outputs, h)
 	log.Debug().Int("workers", workers).Msg("stage running on the router")
 	if err := r.Run(ctx); err != nil {
 		return fmt.Errorf("stage %s: %w", consumer, err)
 	}
 	return sub.Close()
+}
+
+// StageOption tunes RunRouterStage.
+type StageOption func(*stageOptions)
+
+type stageOptions struct {
+	publisher func(message.Publisher) message.Publisher
+}
+
+// WithPublisher decorates the publisher of a stage's outputs (the reporter
+// purges its join once a report is stored).
+func WithPublisher(wrap func(message.Publisher) message.Publisher) StageOption {
+	return func(o *stageOptions) { o.publisher = wrap }
 }
 
 // lastDelivery makes the error of a message's last allowed delivery

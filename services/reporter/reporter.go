@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pipelines"
@@ -79,15 +81,27 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 	return &Service{deps: deps, cfg: cfg, join: kv}, nil
 }
 
-// Run consumes until ctx is cancelled.
+// Run consumes until ctx is cancelled, on watermill's router. The join's
+// KV entries are purged once the report is stored (purgeAfter), never
+// before: a report that failed to publish is rebuilt from them on
+// redelivery.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithPublisher(s.purgeAfter))
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
-	stage, run := stageOf(m.Subject()), bus.RunOf(m.Subject())
+// metaJoin names, on the report message, the join key to purge once it is
+// stored.
+const metaJoin = "_join_key"
+
+// Handle is the stage: half of a trace's result in (its score, or its
+// explanation), stored in the join bucket; when the other half is there,
+// the report out (files in Dir too) on troy.report.<run>.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	ctx := m.Context()
+	subject := m.Metadata.Get(bus.MetaSubject)
+	stage, run := stageOf(subject), bus.RunOf(subject)
 	if !bus.ValidRun(run) {
-		return bus.Permanentf("subject %q has no valid run token (want troy.<stage>.<run>)", m.Subject())
+		return nil, bus.Permanentf("subject %q has no valid run token (want troy.<stage>.<run>)", subject)
 	}
 	var sc *events.Scored
 	var ex *events.Explained
@@ -95,28 +109,28 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 	var traceID, other string
 	switch stage {
 	case bus.StageScore:
-		if sc, err = events.Decode[events.Scored](m.Data()); err != nil {
-			return bus.Permanent(err)
+		if sc, err = events.Decode[events.Scored](m.Payload); err != nil {
+			return nil, bus.Permanent(err)
 		}
 		traceID, other = sc.TraceID, bus.StageExplain
 	case bus.StageExplain:
-		if ex, err = events.Decode[events.Explained](m.Data()); err != nil {
-			return bus.Permanent(err)
+		if ex, err = events.Decode[events.Explained](m.Payload); err != nil {
+			return nil, bus.Permanent(err)
 		}
 		traceID, other = ex.Trace.TraceID, bus.StageScore
 	default:
-		return bus.Permanentf("reporter does not read %s", m.Subject())
+		return nil, bus.Permanentf("reporter does not read %s", subject)
 	}
-	key := bus.KeyOf(m, traceID)
-	if _, err := s.join.Put(ctx, key+"."+stage, m.Data()); err != nil {
-		return fmt.Errorf("reporter: store %s half of %s: %w", stage, traceID, err)
+	key := bus.ForwardMetadata(m.Metadata, traceID).Get(bus.HeaderKey)
+	if _, err := s.join.Put(ctx, key+"."+stage, m.Payload); err != nil {
+		return nil, fmt.Errorf("reporter: store %s half of %s: %w", stage, traceID, err)
 	}
 	entry, err := s.join.Get(ctx, key+"."+other)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil // the other half completes the join
+		return nil, nil // the other half completes the join
 	}
 	if err != nil {
-		return fmt.Errorf("reporter: read %s half of %s: %w", other, traceID, err)
+		return nil, fmt.Errorf("reporter: read %s half of %s: %w", other, traceID, err)
 	}
 	// The stored half was validated before it was stored.
 	if sc == nil {
@@ -125,18 +139,43 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
 		ex, err = events.Decode[events.Explained](entry.Value())
 	}
 	if err != nil {
-		return bus.Permanent(fmt.Errorf("stored %s half of %s: %w", other, traceID, err))
+		return nil, bus.Permanent(fmt.Errorf("stored %s half of %s: %w", other, traceID, err))
 	}
 	if sc.TraceID != ex.Trace.TraceID {
-		return bus.Permanentf("join mismatch under key %s: score of %s, explanation of %s", key, sc.TraceID, ex.Trace.TraceID)
+		return nil, bus.Permanentf("join mismatch under key %s: score of %s, explanation of %s", key, sc.TraceID, ex.Trace.TraceID)
 	}
-	if err := s.publish(ctx, m, run, key, s.assemble(sc, ex), ex.Explanation.Responses); err != nil {
+	out, err := s.report(m.Metadata, run, key, s.assemble(sc, ex), ex.Explanation.Responses)
+	if err != nil {
+		return nil, err
+	}
+	out.Metadata.Set(metaJoin, key)
+	return []*message.Message{out}, nil
+}
+
+// purgeAfter wraps the publisher: once a report is stored, its join's
+// entries are purged. The purge markers expire within seconds, so finished
+// joins leave nothing behind; a failed purge only costs space until the
+// bucket's TTL.
+func (s *Service) purgeAfter(pub message.Publisher) message.Publisher {
+	return purgingPublisher{Publisher: pub, join: s.join}
+}
+
+type purgingPublisher struct {
+	message.Publisher
+	join jetstream.KeyValue
+}
+
+func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
 		return err
 	}
-	// The purge markers expire within seconds, so finished joins leave
-	// nothing behind; a failed purge only costs space until the bucket's TTL.
-	_ = s.join.Purge(ctx, key+"."+bus.StageScore, jetstream.PurgeTTL(markerTTL))
-	_ = s.join.Purge(ctx, key+"."+bus.StageExplain, jetstream.PurgeTTL(markerTTL))
+	for _, m := range msgs {
+		if key := m.Metadata.Get(metaJoin); key != "" {
+			ctx := m.Context()
+			_ = p.join.Purge(ctx, key+"."+bus.StageScore, jetstream.PurgeTTL(markerTTL))
+			_ = p.join.Purge(ctx, key+"."+bus.StageExplain, jetstream.PurgeTTL(markerTTL))
+		}
+	}
 	return nil
 }
 
@@ -160,29 +199,35 @@ func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audi
 	}
 }
 
-func (s *Service) publish(ctx context.Context, m jetstream.Msg, run, key string, a *report.Audit, responses map[string]string) error {
+// report renders an audit, writes its files when Dir is set, and makes
+// its message for troy.report.<run>.
+func (s *Service) report(in message.Metadata, run, key string, a *report.Audit, responses map[string]string) (*message.Message, error) {
 	md := report.Markdown(a)
 	if s.cfg.Dir != "" {
 		dir, err := report.TraceDir(s.cfg.Dir, s.cfg.Modes, run, a.Trace.TraceID)
 		if err != nil {
-			return bus.Permanent(err)
+			return nil, bus.Permanent(err)
 		}
 		if err := report.WriteAudit(dir, a, md, s.cfg.Modes); err != nil {
-			return err
+			return nil, err
 		}
 		if err := report.WriteResponses(dir, responses, s.cfg.Modes); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	body, err := events.Marshal(events.Reported{Audit: a, Markdown: string(md), Responses: responses})
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	out := bus.Forward(m.Headers(), m, a.Trace.TraceID)
-	out.Set(bus.HeaderPolicy, a.PolicyHash)
-	events.SetSummary(out, events.SummaryOf(a))
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageReport, run), Data: body,
-		Header: out, MsgID: bus.MsgID(bus.StageReport, key, a.PolicyHash)})
+	out := bus.NewOutput(bus.StageReport, in, a.Trace.TraceID, a.PolicyHash, body)
+	out.Metadata.Set(bus.HeaderKey, key)
+	out.Metadata.Set(bus.HeaderPolicy, a.PolicyHash)
+	h := nats.Header{}
+	events.SetSummary(h, events.SummaryOf(a))
+	for k := range h {
+		out.Metadata.Set(k, h.Get(k))
+	}
+	return out, nil
 }
 
 // stageOf returns the <stage> of troy.<stage>.<run>.
