@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -119,13 +118,20 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 					return nil
 				}
 				audit = o.Audit
-				return writeOutcome(o, mdPath, jsonPath, f.modes)
+				return report.WriteReport(mdPath, jsonPath, o.Audit, o.Markdown, o.Responses, f.modes)
 			}
 			engine, err := loadPolicy(args[1])
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			res, err := runAudit(cmd, g, f, engine, auditor.NewRun(), inputs, 1, nil, sink)
+			res, err := runAudit(cmd, g, f, 1, func(ctx context.Context, js jetstream.JetStream, progress func(int, int)) ([]report.Entry, error) {
+				run := auditor.NewRun()
+				entries, err := auditor.Submit(ctx, js, f.submitConfig(engine, run, progress), inputs, 1, sink)
+				if err == nil {
+					_ = auditor.Forget(ctx, js, run)
+				}
+				return entries, err
+			})
 			if err != nil {
 				return err
 			}
@@ -151,41 +157,6 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 	cmd.Flags().StringVarP(&jsonPath, "json-output", "j", "", "audit.json path (default logs/<date>/audit.json)")
 	f.register(cmd)
 	return cmd
-}
-
-// runState is kept in a batch's output folder while it runs, so the same
-// command after a crash resumes the same run instead of starting over.
-type runState struct {
-	Run        string `json:"run"`
-	PolicyHash string `json:"policy_hash"`
-}
-
-// Resume state in the output folder: the run, and a journal of the inputs
-// whose report files are written (one report.Entry per line).
-const (
-	runStateFile   = ".troy-run.json"
-	runJournalFile = ".troy-run.jsonl"
-)
-
-func resumeRun(outDir, policyHash string) (string, []report.Entry, bool) {
-	b, err := os.ReadFile(filepath.Join(outDir, runStateFile))
-	if err != nil {
-		return "", nil, false
-	}
-	var st runState
-	if json.Unmarshal(b, &st) != nil || st.PolicyHash != policyHash || st.Run == "" {
-		return "", nil, false
-	}
-	var done []report.Entry
-	if j, err := os.ReadFile(filepath.Join(outDir, runJournalFile)); err == nil {
-		for _, line := range bytes.Split(j, []byte("\n")) {
-			var e report.Entry
-			if json.Unmarshal(line, &e) == nil && e.Source != "" { // a torn last line is skipped, and redone
-				done = append(done, e)
-			}
-		}
-	}
-	return st.Run, done, true
 }
 
 func newAuditBatchCmd(g *globalFlags) *cobra.Command {
@@ -216,69 +187,31 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			run, finished, resumed := resumeRun(outDir, engine.Hash())
-			if !resumed {
-				run = auditor.NewRun()
-			}
-			st, _ := json.Marshal(runState{Run: run, PolicyHash: engine.Hash()})
-			if err := report.WriteFileAtomic(filepath.Join(outDir, runStateFile), st, f.modes); err != nil {
-				return codeError{exitError, err}
-			}
-			flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
-			if !resumed {
-				flags |= os.O_TRUNC
-			}
-			journal, err := os.OpenFile(filepath.Join(outDir, runJournalFile), flags|syscall.O_NOFOLLOW, f.modes.File)
-			if err != nil {
-				return codeError{exitError, fmt.Errorf("resume journal: %w", err)}
-			}
-			defer journal.Close()
-			if resumed {
-				fmt.Fprintf(cmd.ErrOrStderr(), "troy: resuming interrupted run %s in %s (%d inputs already done)\n", run, outDir, len(finished))
-			}
-			sink := func(o auditor.Outcome) error {
-				if o.Entry.Status == report.StatusAudited {
-					dir, err := report.TraceDir(outDir, f.modes, o.Entry.TraceID)
-					if err != nil {
-						return err
-					}
-					if err := writeOutcome(o, filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), f.modes); err != nil {
-						return err
-					}
+			var batch *auditor.BatchResult
+			res, err := runAudit(cmd, g, f, total, func(ctx context.Context, js jetstream.JetStream, progress func(int, int)) ([]report.Entry, error) {
+				cfg := auditor.BatchConfig{Config: f.submitConfig(engine, "", progress), OutDir: outDir, Modes: f.modes,
+					Resumed: func(run string, done int) {
+						fmt.Fprintf(cmd.ErrOrStderr(), "troy: resuming interrupted run %s in %s (%d inputs already done)\n", run, outDir, done)
+					}}
+				var err error
+				if batch, err = auditor.RunBatch(ctx, js, cfg, auditor.ReadDir(args[0], files, f.maxTraceBytes), total); err != nil {
+					return nil, err
 				}
-				line, _ := json.Marshal(o.Entry)
-				if _, err := journal.Write(append(line, '\n')); err != nil {
-					return fmt.Errorf("resume journal: %w", err)
-				}
-				return nil
-			}
-			started := time.Now()
-			res, err := runAudit(cmd, g, f, engine, run, auditor.ReadDir(args[0], files, f.maxTraceBytes), total, finished, sink)
+				return batch.Batch.Entries, nil
+			})
 			if err != nil {
 				return err
 			}
-			for i, e := range res.entries {
-				if e.Status == report.StatusAudited {
-					res.entries[i].Report = report.FileName(e.TraceID) + "/" + report.MarkdownFile
-				}
-			}
-			b := report.NewBatch(engine.Policy().PolicyID, engine.Hash(), res.entries, started, time.Now())
-			bj, _ := json.MarshalIndent(b, "", "  ")
-			if err := report.WriteFileAtomic(filepath.Join(outDir, "batch.json"), append(bj, '\n'), f.modes); err != nil {
-				return codeError{exitError, err}
-			}
-			if err := report.WriteFileAtomic(filepath.Join(outDir, "summary.md"), report.SummaryMarkdown(b), f.modes); err != nil {
-				return codeError{exitError, err}
-			}
-			_ = os.Remove(filepath.Join(outDir, runStateFile))
-			_ = os.Remove(filepath.Join(outDir, runJournalFile))
+			b, bj := batch.Batch, batch.BatchJSON
 			out := cmd.OutOrStdout()
 			if f.jsonOut {
 				out.Write(bj)
-				fmt.Fprintln(out)
 			} else {
 				fmt.Fprintf(out, "%d traces: %d audited, %d rejected; violations: %s\nsummary: %s\n", b.Traces, b.Audited, b.Rejected,
-					report.SeverityLine(b.SeverityCounts), filepath.Join(outDir, "summary.md"))
+					report.SeverityLine(b.SeverityCounts), filepath.Join(outDir, auditor.SummaryFile))
+			}
+			if batch.ForgetErr != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: could not purge the finished run from the outcomes stream (it expires with the stream's max age): %v\n", batch.ForgetErr)
 			}
 			for _, e := range res.entries {
 				if e.Status == report.StatusRejected {
@@ -299,37 +232,6 @@ func firstOr(s []string, def string) string {
 		return def
 	}
 	return s[0]
-}
-
-// writeOutcome writes one trace's report files in place, not through a
-// temporary file and rename: file creation dominates a batch on slow disks,
-// and a file torn by a crash is rewritten when the run resumes, because the
-// journal records an input only after its files are written.
-func writeOutcome(o auditor.Outcome, mdPath, jsonPath string, m report.Modes) error {
-	if err := report.WriteResponses(filepath.Dir(jsonPath), o.Responses, m); err != nil {
-		return err
-	}
-	pretty, err := indent(o.Audit)
-	if err != nil {
-		pretty = o.Audit
-	}
-	if err := report.WriteFile(jsonPath, pretty, m); err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	if err := report.WriteFile(mdPath, o.Markdown, m); err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	return nil
-}
-
-func indent(raw []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(len(raw) * 3 / 2)
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return nil, err
-	}
-	buf.WriteByte('\n')
-	return buf.Bytes(), nil
 }
 
 type auditResult struct {
@@ -358,10 +260,15 @@ func (r auditResult) exit(f *auditFlags) error {
 	return nil
 }
 
-// runAudit starts (or connects to) the pipeline, submits the inputs and
-// collects one outcome per input.
-func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.Engine, run string,
-	inputs iter.Seq[auditor.Input], total int, finished []report.Entry, sink auditor.Sink) (auditResult, error) {
+// submitConfig is the part of a submission the flags decide.
+func (f *auditFlags) submitConfig(engine *policy.Engine, run string, progress func(int, int)) auditor.Config {
+	return auditor.Config{Run: run, Policy: engine, Window: max(f.window, 1), IdleTimeout: f.timeout, Progress: progress, Format: f.format}
+}
+
+// runAudit starts (or connects to) the pipeline, runs fn against it with a
+// progress display, and turns what it returns into the exit code.
+func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, total int,
+	fn func(ctx context.Context, js jetstream.JetStream, progress func(int, int)) ([]report.Entry, error)) (auditResult, error) {
 	log, err := g.logger(cmd.ErrOrStderr(), "warn")
 	if err != nil {
 		return auditResult{}, codeError{exitError, err}
@@ -386,10 +293,6 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 			log.Warn().Err(err).Msg("shutdown")
 		}
 	}()
-	window := f.window
-	if window < 1 {
-		window = 1
-	}
 	prog := newProgress(cmd.OutOrStdout(), cmd.ErrOrStderr(), total)
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -400,8 +303,7 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 		case <-subCtx.Done():
 		}
 	}()
-	entries, err := auditor.Submit(subCtx, st.js, auditor.Config{Run: run, Policy: engine, Window: window,
-		IdleTimeout: f.timeout, Progress: prog.update, Finished: finished, Format: f.format}, inputs, total, sink)
+	entries, err := fn(subCtx, st.js, prog.update)
 	prog.finish()
 	if err != nil {
 		if serr := st.Err(); serr != nil {
@@ -411,9 +313,6 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, engine *policy.
 			return auditResult{}, codeError{exitError, errors.New("interrupted: run the same command again to resume")}
 		}
 		return auditResult{}, codeError{exitError, err}
-	}
-	if err := auditor.Forget(ctx, st.js, run); err != nil {
-		log.Warn().Err(err).Msg("could not purge finished run from the outcomes stream; it expires with the stream's max age")
 	}
 	return auditResult{entries: entries}, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/report"
@@ -170,7 +171,7 @@ func TestAuditBatchReportsEveryInputAndRejectsBadOnes(t *testing.T) {
 	summary := string(read(t, dir, "out/summary.md"))
 	assert.Contains(t, summary, "| l2 | — | — | — | — | — | — | rejected (more.jsonl:3)")
 	assert.Contains(t, summary, "[support-bot-pii-exfil-001](support-bot-pii-exfil-001/report.md) | 5 | 1 | 1 | 0 | 0 | 70 | audited |")
-	_, err := os.Stat(filepath.Join(dir, "out", runStateFile))
+	_, err := os.Stat(filepath.Join(dir, "out", auditor.StateFile))
 	assert.True(t, os.IsNotExist(err), "a finished batch leaves no resume state")
 
 	r = troy(t, dir, "audit-batch", traces, policy, "--out-dir", "clean", "--fail-on", "high")
@@ -200,7 +201,7 @@ func TestCrashMidBatchThenRerun(t *testing.T) {
 	_ = cmd.Wait()
 	before := countReports(t, filepath.Join(dir, "out"))
 	require.Less(t, before, n, "the kill came mid-batch")
-	_, err := os.Stat(filepath.Join(dir, "out", runStateFile))
+	_, err := os.Stat(filepath.Join(dir, "out", auditor.StateFile))
 	require.NoError(t, err, "the interrupted run left its resume state")
 
 	r := troy(t, dir, "audit-batch", "in", policy, "--out-dir", "out", "--concurrency", "64")

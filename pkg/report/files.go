@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,17 +25,33 @@ func MarshalAudit(a *Audit) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// WriteAudit writes report.md and audit.json into dir, each atomically, so a
-// crash never leaves half a report behind.
+// WriteAudit writes a's report.md and audit.json into dir.
 func WriteAudit(dir string, a *Audit, markdown []byte, m Modes) error {
 	js, err := MarshalAudit(a)
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, JSONFile), js, m); err != nil {
+	return WriteReport(filepath.Join(dir, MarkdownFile), filepath.Join(dir, JSONFile), js, markdown, nil, m)
+}
+
+// WriteReport is the one writer of a trace's report files (the reporter's
+// folders, a batch's, troy audit's paths): audit.json (indented), report.md
+// and the raw LLM answers beside audit.json, each written atomically with
+// mode m.File, never through a link.
+func WriteReport(mdPath, jsonPath string, auditJSON, markdown []byte, responses map[string]string, m Modes) error {
+	if err := WriteResponses(filepath.Dir(jsonPath), responses, m); err != nil {
 		return err
 	}
-	return WriteFileAtomic(filepath.Join(dir, MarkdownFile), markdown, m)
+	var pretty bytes.Buffer
+	pretty.Grow(len(auditJSON) * 3 / 2)
+	if err := json.Indent(&pretty, bytes.TrimSpace(auditJSON), "", "  "); err != nil {
+		return fmt.Errorf("write %s: audit is not JSON: %w", jsonPath, err)
+	}
+	pretty.WriteByte('\n')
+	if err := WriteFileAtomic(jsonPath, pretty.Bytes(), m); err != nil {
+		return err
+	}
+	return WriteFileAtomic(mdPath, markdown, m)
 }
 
 // ResponsesDir is where a trace's raw LLM answers go, beside its report.

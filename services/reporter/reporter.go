@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -208,10 +209,11 @@ func (s *Service) report(in message.Metadata, run, key string, a *report.Audit, 
 		if err != nil {
 			return nil, bus.Permanent(err)
 		}
-		if err := report.WriteAudit(dir, a, md, s.cfg.Modes); err != nil {
-			return nil, err
+		js, err := report.MarshalAudit(a)
+		if err != nil {
+			return nil, bus.Permanent(err)
 		}
-		if err := report.WriteResponses(dir, responses, s.cfg.Modes); err != nil {
+		if err := report.WriteReport(filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), js, md, responses, s.cfg.Modes); err != nil {
 			return nil, err
 		}
 	}
