@@ -38,7 +38,9 @@ type Subscriber struct {
 	// RetryDelay is the redelivery delay after a nack (default 500ms).
 	RetryDelay time.Duration
 
-	wg sync.WaitGroup
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error // why a subscription stopped on its own
 }
 
 // Subscribe implements message.Subscriber.
@@ -75,11 +77,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, consumer string) (<-chan *me
 		defer close(in)
 		for {
 			m, err := it.Next()
-			if err != nil {
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-					return
-				}
-				continue
+			switch {
+			case err == nil:
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil:
+				return
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+				continue // the iterator pulls again
+			default: // the consumer is gone, or the connection: the stage stops, and says why
+				s.fail(fmt.Errorf("subscribe %s: %w", consumer, err))
+				return
 			}
 			select {
 			case in <- m:
@@ -137,10 +143,20 @@ func (s *Subscriber) deliver(ctx context.Context, jm jetstream.Msg, out chan<- *
 }
 
 // Close implements message.Subscriber: it waits for the subscriptions,
-// which end when their context does.
+// which end when their context does, and returns why one failed.
 func (s *Subscriber) Close() error {
 	s.wg.Wait()
-	return nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *Subscriber) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
 }
 
 // ToMessage turns a JetStream message into a watermill one: its id is the

@@ -111,3 +111,27 @@ func jetstreamMsg(subject, body, id string) *nats.Msg {
 	m.Header.Set(bus.HeaderRun, "r")
 	return m
 }
+
+// A stage whose consumer disappears stops and says why (it could spin or
+// idle forever), so troy serve fails loudly instead of running a dead stage.
+func TestRouterStageStopsWhenItsConsumerIsGone(t *testing.T) {
+	s, deps := bustest.Provisioned(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.RunRouterStage(ctx, deps, pipelines.ConsumerGraph, 2, func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	}()
+	// the stage is up once it takes a message
+	_, err := s.JS.PublishMsg(ctx, jetstreamMsg("troy.trace.r", "x", "probe"))
+	require.NoError(t, err)
+	settled(t, s, pipelines.StreamTraces, pipelines.ConsumerGraph)
+	require.NoError(t, s.JS.DeleteConsumer(ctx, pipelines.StreamTraces, pipelines.ConsumerGraph))
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "subscribe graph")
+	case <-time.After(45 * time.Second):
+		t.Fatal("the stage kept running without its consumer")
+	}
+}
