@@ -94,31 +94,3 @@ func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
 	}
 	return nil
 }
-
-// Forward copies the pipeline headers (run, source, key, policy) of an input
-// message, filling in the run and key when a publisher left them out.
-func Forward(in nats.Header, m jetstream.Msg, traceID string) nats.Header {
-	h := nats.Header{}
-	for _, k := range []string{HeaderRun, HeaderSource, HeaderKey, HeaderPolicy, HeaderStreamed} {
-		if v := in.Get(k); v != "" {
-			h.Set(k, v)
-		}
-	}
-	if h.Get(HeaderRun) == "" {
-		h.Set(HeaderRun, RunOf(m.Subject()))
-	}
-	if h.Get(HeaderKey) == "" {
-		h.Set(HeaderKey, KeyOf(m, traceID))
-	}
-	return h
-}
-
-// KeyOf returns the input key of a message: its Troy-Key header, or one
-// derived from its run, source and trace id.
-func KeyOf(m jetstream.Msg, traceID string) string {
-	h := m.Headers()
-	if k := h.Get(HeaderKey); k != "" {
-		return k
-	}
-	return Key(RunOf(m.Subject()), h.Get(HeaderSource), traceID)
-}

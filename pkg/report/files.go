@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // File names inside a trace's report folder.
@@ -23,15 +22,6 @@ func MarshalAudit(a *Audit) ([]byte, error) {
 		return nil, fmt.Errorf("encode audit.json: %w", err)
 	}
 	return append(b, '\n'), nil
-}
-
-// WriteAudit writes a's report.md and audit.json into dir.
-func WriteAudit(dir string, a *Audit, markdown []byte, m Modes) error {
-	js, err := MarshalAudit(a)
-	if err != nil {
-		return err
-	}
-	return WriteReport(filepath.Join(dir, MarkdownFile), filepath.Join(dir, JSONFile), js, markdown, nil, m)
 }
 
 // WriteReport is the one writer of a trace's report files (the reporter's
@@ -102,35 +92,6 @@ func WriteFileAtomic(path string, data []byte, m Modes) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// WriteFile writes data to path in place (no temporary file), with mode
-// m.File whatever the file had before; a symlink at path is replaced, never
-// written through.
-func WriteFile(path string, data []byte, m Modes) error {
-	if err := os.MkdirAll(filepath.Dir(path), m.Dir); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, m.File)
-	if errors.Is(err, syscall.ELOOP) { // a symlink: drop it, write a file
-		if err = os.Remove(path); err == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, m.File)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(m.File)
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return fmt.Errorf("write %s: %w", path, werr)
 	}
 	return nil
 }

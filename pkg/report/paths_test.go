@@ -50,7 +50,7 @@ func TestWriteAuditModes(t *testing.T) {
 	root := t.TempDir()
 	dir, err := Path(root, "run", "t1")
 	require.NoError(t, err)
-	require.NoError(t, WriteAudit(dir, &Audit{}, []byte("# r\n"), DefaultModes))
+	require.NoError(t, WriteReport(filepath.Join(dir, MarkdownFile), filepath.Join(dir, JSONFile), []byte("{}"), []byte("# r\n"), nil, DefaultModes))
 	for _, f := range []string{JSONFile, MarkdownFile} {
 		st, err := os.Stat(filepath.Join(dir, f))
 		require.NoError(t, err)
@@ -89,8 +89,7 @@ func TestTraceFoldersCannotBeHijacked(t *testing.T) {
 	require.NoError(t, os.WriteFile(target, []byte("keep"), 0o644))
 	require.NoError(t, os.Symlink(target, filepath.Join(dir, MarkdownFile)))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, JSONFile), []byte("old"), 0o644))
-	require.NoError(t, WriteFile(filepath.Join(dir, MarkdownFile), []byte("# new"), DefaultModes))
-	require.NoError(t, WriteFile(filepath.Join(dir, JSONFile), []byte("{}"), DefaultModes))
+	require.NoError(t, WriteReport(filepath.Join(dir, MarkdownFile), filepath.Join(dir, JSONFile), []byte("{}"), []byte("# new"), nil, DefaultModes))
 	b, err := os.ReadFile(target)
 	require.NoError(t, err)
 	assert.Equal(t, "keep", string(b), "not written through the symlink")
