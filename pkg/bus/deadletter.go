@@ -27,7 +27,7 @@ func DeadLetter(js jetstream.JetStream, stage string, maxDeliver int, log zerolo
 			if maxDeliver > 0 && n > uint64(maxDeliver) {
 				// the consumer allows one delivery more than the handler
 				// gets: every earlier one ended without an answer
-				err = Permanent(fmt.Errorf("no handler finished it in %d deliveries (each crashed, hung past the ack wait or was killed): it may be too large or too costly to process", maxDeliver))
+				err = unfinished(maxDeliver)
 			} else if err = next(ctx, m); err == nil {
 				return nil
 			}
@@ -76,4 +76,10 @@ func truncateReason(s string) string {
 		return s[:200]
 	}
 	return s
+}
+
+// unfinished is the dead-letter reason of a message delivered once more
+// than its handlers get: every earlier delivery ended without an answer.
+func unfinished(maxDeliver int) error {
+	return Permanentf("no handler finished it in %d deliveries (each crashed, hung past the ack wait or was killed): it may be too large or too costly to process", maxDeliver)
 }

@@ -200,8 +200,8 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if to := m.Metadata.Get(MetaPublishTo); to != "" {
 			subject = to
 		}
-		if len(subject) > MaxSubjectBytes {
-			return Permanentf("subject of %d bytes (%.40s…), over the %d-byte limit", len(subject), subject, MaxSubjectBytes)
+		if err := checkSubject(subject); err != nil {
+			return err
 		}
 		nm := nats.NewMsg(subject)
 		nm.Data = m.Payload

@@ -89,7 +89,7 @@ func lastDelivery(maxDeliver int) message.HandlerMiddleware {
 		return func(m *message.Message) ([]*message.Message, error) {
 			n, _ := strconv.Atoi(m.Metadata.Get(MetaDeliveries))
 			if maxDeliver > 0 && n > maxDeliver {
-				return nil, Permanentf("no handler finished it in %d deliveries (each crashed, hung past the ack wait or was killed): it may be too large or too costly to process", maxDeliver)
+				return nil, unfinished(maxDeliver)
 			}
 			out, err := next(m)
 			if err != nil && !IsPermanent(err) && maxDeliver > 0 && n >= maxDeliver {

@@ -65,6 +65,15 @@ func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handl
 // connection, and every service on it stops.
 const MaxSubjectBytes = 1024
 
+// checkSubject refuses a subject over MaxSubjectBytes: the server would
+// close the whole connection over it.
+func checkSubject(subject string) error {
+	if len(subject) > MaxSubjectBytes {
+		return Permanentf("subject of %d bytes (%.40s…), over the %d-byte limit", len(subject), subject, MaxSubjectBytes)
+	}
+	return nil
+}
+
 // Out is one message a stage publishes.
 type Out struct {
 	Subject string
@@ -75,9 +84,8 @@ type Out struct {
 
 // Publish sends a message and waits for JetStream to store it.
 func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
-	if len(o.Subject) > MaxSubjectBytes {
-		// the server would close the whole connection over it
-		return Permanentf("subject of %d bytes (%.40s…), over the %d-byte limit", len(o.Subject), o.Subject, MaxSubjectBytes)
+	if err := checkSubject(o.Subject); err != nil {
+		return err
 	}
 	m := nats.NewMsg(o.Subject)
 	m.Data = o.Data

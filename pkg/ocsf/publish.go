@@ -17,13 +17,12 @@ import (
 // sent again (a redelivered trace, a retried update) is dropped by
 // JetStream instead of reaching a SIEM twice.
 func Publish(ctx context.Context, js jetstream.JetStream, traceKey string, vs []policy.Violation, c Context) error {
-	for _, v := range vs {
-		uid := UID(traceKey, v.StepID, v.RuleID, c.PolicyHash)
-		body, err := events.Marshal(FromViolation(v, uid, c))
-		if err != nil {
-			return bus.Permanent(err)
-		}
-		if err := bus.Publish(ctx, js, bus.Out{Subject: Subject(v.Severity, v.RuleID), Data: body, MsgID: uid}); err != nil {
+	msgs, err := Messages(traceKey, vs, c)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := bus.Publish(ctx, js, bus.Out{Subject: m.Metadata.Get(bus.MetaPublishTo), Data: m.Payload, MsgID: m.UUID}); err != nil {
 			return err
 		}
 	}
