@@ -199,7 +199,12 @@ func ForwardMetadata(in message.Metadata, traceID string) message.Metadata {
 // so a redelivered input's output is stored once; it carries the input's
 // pipeline headers and goes to troy.<stage>.<run>.
 func NewOutput(stage string, in message.Metadata, traceID, policyHash string, body []byte) *message.Message {
-	meta := ForwardMetadata(in, traceID)
+	return OutputWith(stage, ForwardMetadata(in, traceID), policyHash, body)
+}
+
+// OutputWith is NewOutput for a stage that sets the run and key headers
+// itself (ingest, which names the input).
+func OutputWith(stage string, meta message.Metadata, policyHash string, body []byte) *message.Message {
 	out := message.NewMessage(MsgID(stage, meta.Get(HeaderKey), policyHash), body)
 	out.Metadata = meta
 	out.Metadata.Set(MetaPublishTo, Subject(stage, meta.Get(HeaderRun)))

@@ -106,12 +106,10 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	}
 	policyHash := in.Get(bus.HeaderPolicy)
 	output := func(stage, key string, body []byte) []*message.Message {
-		out := message.NewMessage(bus.MsgID(stage, key, policyHash), body)
-		out.Metadata = bus.ForwardMetadata(in, "")
-		out.Metadata.Set(bus.HeaderRun, run)
-		out.Metadata.Set(bus.HeaderKey, key)
-		out.Metadata.Set(bus.MetaPublishTo, bus.Subject(stage, run))
-		return []*message.Message{out}
+		meta := bus.ForwardMetadata(in, "")
+		meta.Set(bus.HeaderRun, run)
+		meta.Set(bus.HeaderKey, key)
+		return []*message.Message{bus.OutputWith(stage, meta, policyHash, body)}
 	}
 
 	tr, err := Parse(m.Payload, s.cfg.Limits, in.Get(bus.HeaderFormat), FallbackID(source))

@@ -145,7 +145,7 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	if sc.TraceID != ex.Trace.TraceID {
 		return nil, bus.Permanentf("join mismatch under key %s: score of %s, explanation of %s", key, sc.TraceID, ex.Trace.TraceID)
 	}
-	out, err := s.report(m.Metadata, run, key, s.assemble(sc, ex), ex.Explanation.Responses)
+	out, err := s.report(m.Metadata, run, s.assemble(sc, ex), ex.Explanation.Responses)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audi
 
 // report renders an audit, writes its files when Dir is set, and makes
 // its message for troy.report.<run>.
-func (s *Service) report(in message.Metadata, run, key string, a *report.Audit, responses map[string]string) (*message.Message, error) {
+func (s *Service) report(in message.Metadata, run string, a *report.Audit, responses map[string]string) (*message.Message, error) {
 	md := report.Markdown(a)
 	if s.cfg.Dir != "" {
 		dir, err := report.TraceDir(s.cfg.Dir, s.cfg.Modes, run, a.Trace.TraceID)
@@ -221,8 +221,7 @@ func (s *Service) report(in message.Metadata, run, key string, a *report.Audit, 
 	if err != nil {
 		return nil, bus.Permanent(err)
 	}
-	out := bus.NewOutput(bus.StageReport, in, a.Trace.TraceID, a.PolicyHash, body)
-	out.Metadata.Set(bus.HeaderKey, key)
+	out := bus.NewOutput(bus.StageReport, in, a.Trace.TraceID, a.PolicyHash, body) // the join's key, as Handle derived it
 	out.Metadata.Set(bus.HeaderPolicy, a.PolicyHash)
 	h := nats.Header{}
 	events.SetSummary(h, events.SummaryOf(a))
