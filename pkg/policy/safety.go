@@ -134,10 +134,8 @@ func stepAliases(root ast.Node) map[string]bool {
 // predicateOf returns the closure a builtin (any, all, filter, count, …) runs
 // per element, or nil.
 func predicateOf(b *ast.BuiltinNode) ast.Node {
-	for _, a := range b.Arguments {
-		if p, ok := a.(*ast.PredicateNode); ok {
-			return p.Node
-		}
+	if p := predicateNode(b); p != nil {
+		return p.Node
 	}
 	return nil
 }
