@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -86,15 +85,24 @@ func looksLikeChat(obj []byte) bool {
 	if len(obj) == 0 || obj[0] != '{' {
 		return false
 	}
-	var keys map[string]json.RawMessage
-	if json.Unmarshal(obj, &keys) != nil {
+	// Only which top-level keys are present matters: values are skipped,
+	// not decoded (a map of raw values was 40% of ingest's time).
+	var keys struct {
+		Steps    present `json:"steps"`
+		Messages present `json:"messages"`
+		Traj     present `json:"traj"`
+	}
+	if gojson.Unmarshal(obj, &keys) != nil {
 		return false
 	}
-	_, steps := keys["steps"]
-	_, msgs := keys["messages"]
-	_, traj := keys["traj"]
-	return !steps && (msgs || traj)
+	return !bool(keys.Steps) && bool(keys.Messages || keys.Traj)
 }
+
+// present records that a key was there, whatever its value.
+type present bool
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *present) UnmarshalJSON([]byte) error { *p = true; return nil }
 
 // chatDocument finds the message list in the wrappers seen in the wild: a
 // bare list, {messages: […]} (Invariant), {traj: […], task_id, reward, info}
