@@ -1,5 +1,7 @@
 package trace
+
 import "testing"
+
 func TestLooksLikeChatKeys(t *testing.T) {
 	for in, want := range map[string]bool{
 		`{"messages":[]}`: true, `{"traj":[{"role":"user"}]}`: true,
