@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
@@ -100,7 +100,7 @@ func TestRealDocumentsValidate(t *testing.T) {
 	auditSchema := compile(t, "audit.schema.json")
 	var entries []report.Entry
 	for _, tr := range parsed {
-		g := graph.Build(tr)
+		g := execgraph.Build(tr)
 		ex := explain.Heuristic(tr, g)
 		res := e.Evaluate(tr)
 		sc := score.Compute(res.Violations)

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	pgraph "github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/templates"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -41,7 +41,7 @@ func TestEveryFixtureIngestsAndAudits(t *testing.T) {
 		require.NotEmpty(t, tr.Steps, source)
 		res := e.Evaluate(tr)
 		assert.Empty(t, res.RuleErrors, source)
-		ex := explain.Heuristic(tr, pgraph.Build(tr))
+		ex := explain.Heuristic(tr, execgraph.Build(tr))
 		assert.Len(t, ex.Steps, len(tr.Steps), source)
 		runs++
 	}

@@ -26,8 +26,8 @@ import (
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	pgraph "github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
@@ -196,6 +196,9 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		{"troy.eval.r1", []string{"scorer"}, "without trace_id", []byte(`{}`), nil},
 		{"troy.score.r1", []string{"reporter"}, "malformed", []byte(`{"trace_id": 5}`), nil},
 		{"troy.explain.r1", []string{"reporter"}, "carries no trace", []byte(`{}`), nil},
+		// a key that would widen the join's purge to other traces
+		{"troy.score.r1", []string{"reporter"}, "not a pipeline key", []byte(`{"trace_id":"t","policy_hash":"sha256:ab"}`),
+			nats.Header{bus.HeaderKey: {"*"}}},
 	}
 	for _, c := range cases {
 		m := nats.NewMsg(c.subject)
@@ -244,14 +247,15 @@ func TestReporterJoinSurvivesRestart(t *testing.T) {
 	stop := start(t, rp)
 
 	tr := mustTrace(t)
-	h := nats.Header{bus.HeaderKey: {"k1"}, bus.HeaderSource: {"a.json"}}
+	key := bus.Key("r2", "a.json", tr.TraceID)
+	h := nats.Header{bus.HeaderKey: {key}, bus.HeaderSource: {"a.json"}}
 	sc, _ := json.Marshal(events.Scored{Evaluated: events.Evaluated{TraceID: tr.TraceID, PolicyID: "p", PolicyHash: "sha256:abc",
 		Result: policy.Result{Violations: []policy.Violation{}, RuleErrors: []policy.RuleError{}}}})
 	publish(t, srv.JS, "troy.score.r2", sc, h)
 	require.Eventually(t, func() bool {
 		kv, err := srv.JS.KeyValue(context.Background(), reporter.JoinBucket)
 		require.NoError(t, err)
-		_, err = kv.Get(context.Background(), "k1.score")
+		_, err = kv.Get(context.Background(), key+".score")
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond, "score half stored")
 	stop()
@@ -259,7 +263,7 @@ func TestReporterJoinSurvivesRestart(t *testing.T) {
 	rp2, err := reporter.New(context.Background(), deps, reporter.DefaultConfig())
 	require.NoError(t, err)
 	start(t, rp2)
-	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, pgraph.Graph{})})
+	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, execgraph.Graph{})})
 	publish(t, srv.JS, "troy.explain.r2", ex, h)
 
 	got := next(t, reports)
@@ -281,9 +285,9 @@ func TestReporterWritesFilesWhenConfigured(t *testing.T) {
 	start(t, rp)
 	reports := subscribe(t, srv.NC, "troy.report.>")
 	tr := mustTrace(t)
-	h := nats.Header{bus.HeaderKey: {"k2"}}
+	h := nats.Header{bus.HeaderKey: {bus.Key("live", "", tr.TraceID)}}
 	sc, _ := json.Marshal(events.Scored{Evaluated: events.Evaluated{TraceID: tr.TraceID, PolicyID: "p", PolicyHash: "sha256:abc"}})
-	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, pgraph.Graph{})})
+	ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, execgraph.Graph{})})
 	publish(t, srv.JS, "troy.explain.live", ex, h)
 	publish(t, srv.JS, "troy.score.live", sc, h)
 	next(t, reports)
@@ -427,7 +431,7 @@ func TestViolationsBecomeFindingsOnce(t *testing.T) {
 	require.NoError(t, err)
 	tr, err := parseTrace(raw)
 	require.NoError(t, err)
-	g, _ := json.Marshal(events.Graphed{Trace: tr, Graph: pgraph.Build(tr)})
+	g, _ := json.Marshal(events.Graphed{Trace: tr, Graph: execgraph.Build(tr)})
 	h := nats.Header{bus.HeaderKey: {"sb"}, bus.HeaderPolicy: {engine.Hash()}}
 	publish(t, srv.JS, "troy.graph.r9", g, h)
 	next(t, evals)

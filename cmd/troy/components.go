@@ -13,7 +13,7 @@ import (
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
 	"github.com/troy-audit/troy/services/graph"
-	guardsvc "github.com/troy-audit/troy/services/guard"
+	"github.com/troy-audit/troy/services/guardserver"
 	"github.com/troy-audit/troy/services/ingest"
 	"github.com/troy-audit/troy/services/reporter"
 	"github.com/troy-audit/troy/services/scorer"
@@ -119,9 +119,9 @@ var components = []component{
 		return runOf(streamer.New(ctx, b.deps, c))
 	}},
 	{"guard", kindService, "action checks over NATS and HTTP", func(ctx context.Context, b *builder) (runFunc, error) {
-		c := guardsvc.DefaultConfig()
+		c := guardserver.DefaultConfig()
 		c.DefaultPolicy = b.defaultPolicy()
-		s, err := guardsvc.New(ctx, b.st.nc, b.deps, b.reg, c)
+		s, err := guardserver.New(ctx, b.st.nc, b.deps, b.reg, c)
 		if err != nil {
 			return nil, err
 		}

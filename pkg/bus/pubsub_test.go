@@ -2,7 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,4 +136,50 @@ func TestRouterStageStopsWhenItsConsumerIsGone(t *testing.T) {
 	case <-time.After(45 * time.Second):
 		t.Fatal("the stage kept running without its consumer")
 	}
+}
+
+// A transient error is retried in process (the same delivery, a moment
+// later) before the message is given back to JetStream; each attempt is
+// bounded by the stage's timeout, which cancels the message's context.
+func TestRouterStageRetriesInProcessAndTimesOut(t *testing.T) {
+	s, deps := bustest.Provisioned(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var attempts sync.Map // payload -> []deliveries seen
+	seen := func(m *message.Message) []string {
+		v, _ := attempts.LoadOrStore(string(m.Payload), &[]string{})
+		p := v.(*[]string)
+		*p = append(*p, m.Metadata.Get(bus.MetaDeliveries))
+		return *p
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.RunRouterStage(ctx, deps, pipelines.ConsumerGraph, 1, func(m *message.Message) ([]*message.Message, error) {
+			n := len(seen(m))
+			switch string(m.Payload) {
+			case "flaky":
+				if n == 1 {
+					return nil, errors.New("KV hiccup")
+				}
+			case "slow":
+				if n == 1 {
+					<-m.Context().Done() // the stage's timeout ends the attempt
+					return nil, m.Context().Err()
+				}
+			}
+			return nil, nil
+		}, bus.WithTimeout(300*time.Millisecond))
+	}()
+	for i, body := range []string{"flaky", "slow"} {
+		_, err := s.JS.PublishMsg(ctx, jetstreamMsg("troy.trace.r", body, "rt-"+strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	settled(t, s, pipelines.StreamTraces, pipelines.ConsumerGraph)
+	for _, body := range []string{"flaky", "slow"} {
+		v, ok := attempts.Load(body)
+		require.True(t, ok, body)
+		assert.Equal(t, []string{"1", "1"}, *v.(*[]string), "%s: retried within its first delivery", body)
+	}
+	cancel()
+	require.NoError(t, <-done)
 }

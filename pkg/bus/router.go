@@ -20,9 +20,12 @@ import (
 // last delivery's error, to troy.dlq.<stage>.<run> with the reason; ours
 // for the delivery limit and to dead-letter what panicked; watermill's
 // Recoverer (a panic is an error) and CorrelationID (the input's id follows
-// every output).
+// every output); watermill's Retry, which retries a transient error in
+// process a few times with backoff before the message is nacked (a KV or
+// publish hiccup costs milliseconds, not a redelivery); and its Timeout,
+// which bounds each attempt (DefaultHandlerTimeout unless WithTimeout).
 func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h message.HandlerFunc, opts ...StageOption) error {
-	var o stageOptions
+	o := stageOptions{timeout: DefaultHandlerTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -52,6 +55,12 @@ func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h
 		panicsArePermanent,
 		middleware.Recoverer,
 		middleware.CorrelationID,
+		middleware.Retry{
+			MaxRetries: 2, InitialInterval: 50 * time.Millisecond, Multiplier: 4, MaxInterval: time.Second,
+			MaxElapsedTime: 3 * time.Second, RandomizationFactor: 0.2, ResetContextOnRetry: true,
+			ShouldRetry: func(p middleware.RetryParams) bool { return !IsPermanent(p.Err) && ctx.Err() == nil },
+		}.Middleware,
+		middleware.Timeout(o.timeout),
 	)
 	sub := &Subscriber{JS: d.JS, Topology: d.Topology, Workers: workers}
 	var outputs message.Publisher = pub
@@ -71,6 +80,22 @@ type StageOption func(*stageOptions)
 
 type stageOptions struct {
 	publisher func(message.Publisher) message.Publisher
+	timeout   time.Duration
+}
+
+// DefaultHandlerTimeout bounds one attempt of a stage's handler. A stage
+// whose work is long by nature (LLM calls) sets its own with WithTimeout.
+const DefaultHandlerTimeout = time.Minute
+
+// WithTimeout bounds each attempt of the stage's handler: its message's
+// context is cancelled then, and the attempt fails (to be retried, then
+// redelivered, then dead-lettered with the deadline as the reason).
+func WithTimeout(d time.Duration) StageOption {
+	return func(o *stageOptions) {
+		if d > 0 {
+			o.timeout = d
+		}
+	}
 }
 
 // WithPublisher decorates the publisher of a stage's outputs (the reporter

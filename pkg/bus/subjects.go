@@ -97,6 +97,20 @@ func Key(run, source, traceID string) string {
 	return hex.EncodeToString(h.Sum(nil))[:20]
 }
 
+// ValidKey reports whether k is a key as Key makes them (20 hex digits): a
+// stage that uses a received key in a KV key or subject checks it first.
+func ValidKey(k string) bool {
+	if len(k) != 20 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // MsgID is the Nats-Msg-Id of a stage's output for one input and policy.
 func MsgID(stage, key, policyHash string) string {
 	p := strings.TrimPrefix(policyHash, "sha256:")

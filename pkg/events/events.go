@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/score"
@@ -16,8 +16,8 @@ import (
 
 // Graphed is published on troy.graph.<run>: a canonical trace and its graph.
 type Graphed struct {
-	Trace *trace.Trace `json:"trace"`
-	Graph graph.Graph  `json:"graph"`
+	Trace *trace.Trace    `json:"trace"`
+	Graph execgraph.Graph `json:"graph"`
 }
 
 // Validate checks what a consumer relies on.
@@ -51,9 +51,9 @@ type Scored struct {
 // Explained is published on troy.explain.<run>. It carries the trace and
 // graph so the reporter can join it with the score alone.
 type Explained struct {
-	Trace       *trace.Trace  `json:"trace"`
-	Graph       graph.Graph   `json:"graph"`
-	Explanation explain.Trace `json:"explanation"`
+	Trace       *trace.Trace    `json:"trace"`
+	Graph       execgraph.Graph `json:"graph"`
+	Explanation explain.Trace   `json:"explanation"`
 }
 
 // Validate checks what a consumer relies on.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/llm/llmtest"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -46,7 +46,7 @@ func BenchmarkLLMExplainer(b *testing.B) {
 		var wg sync.WaitGroup
 		for _, tr := range traces {
 			wg.Go(func() {
-				if _, err := x.Explain(context.Background(), tr, graph.Build(tr)); err != nil {
+				if _, err := x.Explain(context.Background(), tr, execgraph.Build(tr)); err != nil {
 					b.Error(err)
 				}
 			})

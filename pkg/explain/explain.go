@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/trace"
 )
@@ -50,7 +50,7 @@ var (
 const maxDataAccessed = 12
 
 // Heuristic explains a trace from its metadata, data and execution graph alone.
-func Heuristic(t *trace.Trace, g graph.Graph) Trace {
+func Heuristic(t *trace.Trace, g execgraph.Graph) Trace {
 	fedBy := g.FedBy()
 	out := Trace{Source: SourceHeuristic, Steps: make(map[string]Step, len(t.Steps))}
 	sensitive := map[string]string{} // step id -> its data classification
@@ -152,7 +152,7 @@ func dataAccessed(s *trace.Step) []string {
 	return out
 }
 
-func summary(t *trace.Trace, g graph.Graph, risky int) string {
+func summary(t *trace.Trace, g execgraph.Graph, risky int) string {
 	counts := map[string]int{}
 	var tools []string
 	for _, s := range t.Steps {
@@ -169,7 +169,7 @@ func summary(t *trace.Trace, g graph.Graph, risky int) string {
 	}
 	flows := 0
 	for _, e := range g.Edges {
-		if e.Kind == graph.KindDataFlow {
+		if e.Kind == execgraph.KindDataFlow {
 			flows++
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -20,7 +20,7 @@ func TestHeuristicExplainsDataRisksAndFlow(t *testing.T) {
 	  {"step_id":"4","type":"tool_call","name":"sql","input":{"query":"DELETE FROM users"}}
 	]}`), trace.DefaultLimits())
 	require.NoError(t, err)
-	ex := Heuristic(tr, graph.Build(tr))
+	ex := Heuristic(tr, execgraph.Build(tr))
 
 	assert.Equal(t, SourceHeuristic, ex.Source)
 	s1 := ex.Steps["1"]
@@ -44,7 +44,7 @@ func TestHeuristicExplainsDataRisksAndFlow(t *testing.T) {
 func TestHeuristicOnACleanStep(t *testing.T) {
 	tr, err := trace.Parse([]byte(`{"trace_id":"t","agent_name":"a","steps":[{"step_id":"1","type":"decision"}]}`), trace.DefaultLimits())
 	require.NoError(t, err)
-	s := Heuristic(tr, graph.Build(tr)).Steps["1"]
+	s := Heuristic(tr, execgraph.Build(tr)).Steps["1"]
 	assert.Equal(t, "The agent made a decision.", s.Why)
 	assert.Empty(t, s.Risks)
 	assert.NotNil(t, s.Risks, "empty lists, not null, in audit.json")

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/trace"
 )
@@ -77,7 +77,7 @@ type stepOutcome struct {
 }
 
 // Explain implements the explainer stage's Explainer.
-func (x *LLM) Explain(ctx context.Context, t *trace.Trace, g graph.Graph) (Trace, error) {
+func (x *LLM) Explain(ctx context.Context, t *trace.Trace, g execgraph.Graph) (Trace, error) {
 	heur := Heuristic(t, g)
 	out := Trace{Source: SourceLLM, Steps: make(map[string]Step, len(t.Steps)), Responses: map[string]string{},
 		Usage: &Usage{Model: x.Client.Model()}}
@@ -126,7 +126,7 @@ func (x *LLM) Explain(ctx context.Context, t *trace.Trace, g graph.Graph) (Trace
 	return out, nil
 }
 
-func (x *LLM) step(ctx context.Context, t *trace.Trace, g graph.Graph, i int, heuristic Step) stepOutcome {
+func (x *LLM) step(ctx context.Context, t *trace.Trace, g execgraph.Graph, i int, heuristic Step) stepOutcome {
 	msgs := stepPrompt(t, g, i, x.window())
 	key := x.key(msgs)
 	if x.Cache != nil {

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/llm/llmtest"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -80,7 +80,7 @@ func TestLLMExplainsEveryStepAndKeepsResponses(t *testing.T) {
 		return answer(n, r)
 	})
 	tr := sample(t)
-	ex, err := explainer(t, srv, nil, nil).Explain(context.Background(), tr, graph.Build(tr))
+	ex, err := explainer(t, srv, nil, nil).Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, explain.SourceLLM, ex.Source)
 	assert.Equal(t, "The bot read an email and sent one out.", ex.Summary)
@@ -126,7 +126,7 @@ func TestMalformedAnswersGetOneCorrectiveRetryThenTheHeuristic(t *testing.T) {
 		return llmtest.Response{Content: "Sure! Here is my analysis: it is fine."}
 	})
 	tr := sample(t)
-	ex, err := explainer(t, srv, nil, nil).Explain(context.Background(), tr, graph.Build(tr))
+	ex, err := explainer(t, srv, nil, nil).Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, explain.SourceLLM, ex.Steps["2"].Source, "fixed by the corrective retry")
 	for _, id := range []string{"1", "3", "4"} {
@@ -151,7 +151,7 @@ func TestUnreachableLLMStillExplains(t *testing.T) {
 	srv := llmtest.New(t, answer)
 	srv.Close() // nothing listens there any more
 	tr := sample(t)
-	ex, err := explainer(t, srv, nil, nil).Explain(context.Background(), tr, graph.Build(tr))
+	ex, err := explainer(t, srv, nil, nil).Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err, "the audit completes")
 	assert.Equal(t, explain.SourceHeuristic, ex.Source)
 	assert.NotEmpty(t, ex.Summary)
@@ -164,7 +164,7 @@ func TestBudgetStopsCalls(t *testing.T) {
 	srv := llmtest.New(t, answer)
 	x := explainer(t, srv, nil, func(c *llm.Config) { c.Concurrency = 1; c.BudgetUSD = 0.00001 }) // one call costs 0.000027
 	tr := sample(t)
-	ex, err := x.Explain(context.Background(), tr, graph.Build(tr))
+	ex, err := x.Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, 1, srv.Calls())
 	assert.Contains(t, strings.Join(ex.Warnings, " "), "over the LLM budget")
@@ -177,10 +177,10 @@ func TestCacheMakesASecondAuditFree(t *testing.T) {
 	llmSrv := llmtest.New(t, answer)
 	tr := sample(t)
 	x := explainer(t, llmSrv, cache, nil)
-	first, err := x.Explain(context.Background(), tr, graph.Build(tr))
+	first, err := x.Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, 5, llmSrv.Calls())
-	second, err := x.Explain(context.Background(), tr, graph.Build(tr))
+	second, err := x.Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, 5, llmSrv.Calls(), "no new call")
 	assert.Equal(t, 4, second.Usage.CachedSteps)
@@ -190,7 +190,7 @@ func TestCacheMakesASecondAuditFree(t *testing.T) {
 
 	// another model is another key
 	y := explainer(t, llmSrv, cache, func(c *llm.Config) { c.Model = "gpt-4o" })
-	_, err = y.Explain(context.Background(), tr, graph.Build(tr))
+	_, err = y.Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, 10, llmSrv.Calls())
 }
@@ -209,12 +209,12 @@ func TestResumeAfterCrashPaysOnlyForTheRest(t *testing.T) {
 	})
 	tr := sample(t)
 	x := explainer(t, srv, cache, func(c *llm.Config) { c.Concurrency = 1 })
-	_, err := x.Explain(ctx, tr, graph.Build(tr))
+	_, err := x.Explain(ctx, tr, execgraph.Build(tr))
 	require.ErrorIs(t, err, context.Canceled)
 	before := srv.Calls()
 	require.GreaterOrEqual(t, before, 3)
 
-	ex, err := x.Explain(context.Background(), tr, graph.Build(tr))
+	ex, err := x.Explain(context.Background(), tr, execgraph.Build(tr))
 	require.NoError(t, err)
 	assert.Equal(t, 2, ex.Usage.CachedSteps, "the two answered steps come from the cache")
 	assert.Equal(t, 3, srv.Calls()-before, "two remaining steps and the summary")

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/trace"
 )
@@ -42,7 +42,7 @@ const (
 	maxFeederChars    = 600
 )
 
-func stepPrompt(t *trace.Trace, g graph.Graph, i, window int) []llm.Message {
+func stepPrompt(t *trace.Trace, g execgraph.Graph, i, window int) []llm.Message {
 	s := t.Steps[i]
 	var b strings.Builder
 	fmt.Fprintf(&b, "Agent: %s\nStep %d of %d.\n\n%s\n", escapeData(t.AgentName), i+1, len(t.Steps), dataOpen)

@@ -17,7 +17,7 @@ import (
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/templates"
 	"github.com/troy-audit/troy/pkg/trace"
-	guardsvc "github.com/troy-audit/troy/services/guard"
+	"github.com/troy-audit/troy/services/guardserver"
 )
 
 // benchRequest is a typical check: a shell call with a few prior steps.
@@ -87,7 +87,7 @@ func startBenchGuard(b *testing.B) (*bustest.Server, *policystore.Store) {
 	if _, err := store.Push(context.Background(), agentSafety(b).Policy()); err != nil {
 		b.Fatal(err)
 	}
-	svc, err := guardsvc.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(), guardsvc.Config{})
+	svc, err := guardserver.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(), guardserver.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/trace"
-	guardsvc "github.com/troy-audit/troy/services/guard"
+	"github.com/troy-audit/troy/services/guardserver"
 )
 
 const policyYAML = `
@@ -105,7 +105,7 @@ func startGuard(t *testing.T) (*bustest.Server, *policystore.Store) {
 	require.NoError(t, err)
 	_, err = store.Push(context.Background(), engine(t, policyYAML).Policy())
 	require.NoError(t, err)
-	svc, err := guardsvc.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(), guardsvc.Config{DefaultPolicy: "guard-test"})
+	svc, err := guardserver.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(), guardserver.Config{DefaultPolicy: "guard-test"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -404,8 +404,8 @@ rules:
     condition: "any_prev({ any(1..5000, {text(#) matches 'a+b'}) })"
 `).Policy())
 	require.NoError(t, err)
-	svc, err := guardsvc.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(),
-		guardsvc.Config{DefaultPolicy: "slow", CheckTimeout: 200 * time.Millisecond})
+	svc, err := guardserver.New(context.Background(), srv.NC, deps, prometheus.NewRegistry(),
+		guardserver.Config{DefaultPolicy: "slow", CheckTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

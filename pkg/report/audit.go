@@ -5,8 +5,8 @@ package report
 import (
 	"time"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/trace"
 )
@@ -20,7 +20,7 @@ type Audit struct {
 	Trace             *trace.Trace            `json:"trace"`
 	PolicyID          string                  `json:"policy_id"`
 	PolicyHash        string                  `json:"policy_hash"`
-	Graph             graph.Graph             `json:"graph"`
+	Graph             execgraph.Graph         `json:"graph"`
 	ExplanationSource string                  `json:"explanation_source"`
 	Summary           string                  `json:"summary"`
 	Explanations      map[string]explain.Step `json:"explanations"`

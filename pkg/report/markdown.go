@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 )
 
@@ -89,9 +89,9 @@ func Markdown(a *Audit) []byte {
 		w("\n")
 	}
 
-	var flows []graph.Edge
+	var flows []execgraph.Edge
 	for _, e := range a.Graph.Edges {
-		if e.Kind == graph.KindDataFlow {
+		if e.Kind == execgraph.KindDataFlow {
 			flows = append(flows, e)
 		}
 	}

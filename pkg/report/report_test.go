@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/trace"
 )
@@ -24,7 +24,7 @@ func TestMarkdownShowsVerdictViolationsAndEscapesTraceText(t *testing.T) {
 		Explanations:      map[string]explain.Step{"s1": {Why: "The agent sent mail.", Risks: []string{"reaches outside"}, FedBy: []string{"s0"}}},
 		Violations:        []policy.Violation{{RuleID: "r1", StepID: "s1", Severity: "critical", Weight: 40, Description: "bad"}},
 		RuleErrors:        []policy.RuleError{{RuleID: "r2", StepID: "s1", Error: "nil + int (line 1, column 3)\n | x\n | ^"}},
-		Graph:             graph.Graph{Edges: []graph.Edge{{From: "s0", To: "s1", Kind: graph.KindDataFlow, Value: "a@b.c"}}},
+		Graph:             execgraph.Graph{Edges: []execgraph.Edge{{From: "s0", To: "s1", Kind: execgraph.KindDataFlow, Value: "a@b.c"}}},
 		GeneratedAt:       time.Date(2026, 11, 30, 1, 2, 3, 0, time.UTC),
 	}
 	md := string(Markdown(a))

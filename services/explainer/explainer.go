@@ -5,14 +5,15 @@ package explainer
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
-	"github.com/troy-audit/troy/pkg/graph"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -28,30 +29,35 @@ var Consumes = []string{bus.Wildcard(bus.StageGraph)}
 // Explainer explains one trace. The offline heuristic is the default; an LLM
 // explainer replaces it without changing the stage.
 type Explainer interface {
-	Explain(ctx context.Context, t *trace.Trace, g graph.Graph) (explain.Trace, error)
+	Explain(ctx context.Context, t *trace.Trace, g execgraph.Graph) (explain.Trace, error)
 }
 
 // Heuristic is the offline explainer.
 type Heuristic struct{}
 
 // Explain implements Explainer.
-func (Heuristic) Explain(_ context.Context, t *trace.Trace, g graph.Graph) (explain.Trace, error) {
+func (Heuristic) Explain(_ context.Context, t *trace.Trace, g execgraph.Graph) (explain.Trace, error) {
 	return explain.Heuristic(t, g), nil
 }
 
 // MustExplain explains a trace with an empty graph (tests and tools).
 func (Heuristic) MustExplain(t *trace.Trace) explain.Trace {
-	return explain.Heuristic(t, graph.Graph{})
+	return explain.Heuristic(t, execgraph.Graph{})
 }
 
 // Config tunes the service.
 type Config struct {
 	Workers   int
 	Explainer Explainer
+	// Timeout bounds explaining one trace (all its LLM calls); past it the
+	// attempt fails and the message is retried, then dead-lettered.
+	Timeout time.Duration
 }
 
 // DefaultConfig is used where a field is left zero.
-func DefaultConfig() Config { return Config{Workers: 8, Explainer: Heuristic{}} }
+func DefaultConfig() Config {
+	return Config{Workers: 8, Explainer: Heuristic{}, Timeout: 10 * time.Minute}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -82,7 +88,7 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 // can take many LLM calls: the transport keeps a message alive while its
 // handler runs.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithTimeout(s.cfg.Timeout))
 }
 
 // Handle is the stage: a graphed trace in, its explanation out, addressed

@@ -11,7 +11,7 @@ import (
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
-	pgraph "github.com/troy-audit/troy/pkg/graph"
+	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -69,7 +69,7 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	if err := g.Validate(); err != nil {
 		return nil, bus.Permanent(err)
 	}
-	g.Graph = pgraph.Build(&tr)
+	g.Graph = execgraph.Build(&tr)
 	body, err := events.Marshal(g)
 	if err != nil {
 		return nil, bus.Permanent(err)

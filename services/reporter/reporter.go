@@ -26,10 +26,6 @@ const Consumer = pipelines.ConsumerReporter
 // JoinBucket holds the half of each trace that arrived first.
 const JoinBucket = pipelines.BucketJoin
 
-// markerTTL is how long a finished join's purge marker lives; nothing
-// watches the bucket, so the shortest the server allows.
-const markerTTL = time.Second
-
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageReport}
 
@@ -68,6 +64,8 @@ type Service struct {
 	deps bus.Deps
 	cfg  Config
 	join jetstream.KeyValue
+	// joinStream is the bucket's stream, for purging a finished join.
+	joinStream jetstream.Stream
 }
 
 // New builds the service.
@@ -79,7 +77,14 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reporter: bucket %s: %w (was the topology provisioned?)", JoinBucket, err)
 	}
-	return &Service{deps: deps, cfg: cfg, join: kv}, nil
+	// A finished join is removed with one purge of its keys' subjects on
+	// the bucket's stream: no purge markers to store and expire (nothing
+	// watches the bucket), one request instead of two.
+	st, err := deps.JS.Stream(ctx, "KV_"+JoinBucket)
+	if err != nil {
+		return nil, fmt.Errorf("reporter: bucket %s: %w", JoinBucket, err)
+	}
+	return &Service{deps: deps, cfg: cfg, join: kv, joinStream: st}, nil
 }
 
 // Run consumes until ctx is cancelled, on watermill's router. The join's
@@ -123,6 +128,9 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 		return nil, bus.Permanentf("reporter does not read %s", subject)
 	}
 	key := bus.ForwardMetadata(m.Metadata, traceID).Get(bus.HeaderKey)
+	if !bus.ValidKey(key) {
+		return nil, bus.Permanentf("%s header %q is not a pipeline key (20 hex digits)", bus.HeaderKey, key)
+	}
 	if _, err := s.join.Put(ctx, key+"."+stage, m.Payload); err != nil {
 		return nil, fmt.Errorf("reporter: store %s half of %s: %w", stage, traceID, err)
 	}
@@ -158,12 +166,12 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 // joins leave nothing behind; a failed purge only costs space until the
 // bucket's TTL.
 func (s *Service) purgeAfter(pub message.Publisher) message.Publisher {
-	return purgingPublisher{Publisher: pub, join: s.join}
+	return purgingPublisher{Publisher: pub, join: s.joinStream}
 }
 
 type purgingPublisher struct {
 	message.Publisher
-	join jetstream.KeyValue
+	join jetstream.Stream
 }
 
 func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error {
@@ -172,9 +180,7 @@ func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error 
 	}
 	for _, m := range msgs {
 		if key := m.Metadata.Get(metaJoin); key != "" {
-			ctx := m.Context()
-			_ = p.join.Purge(ctx, key+"."+bus.StageScore, jetstream.PurgeTTL(markerTTL))
-			_ = p.join.Purge(ctx, key+"."+bus.StageExplain, jetstream.PurgeTTL(markerTTL))
+			_ = p.join.Purge(m.Context(), jetstream.WithPurgeSubject("$KV."+JoinBucket+"."+key+".*"))
 		}
 	}
 	return nil

@@ -1,6 +1,6 @@
-// Package guard is the service that answers guard checks over NATS
+// Package guardserver is the service that answers guard checks over NATS
 // request-reply on troy.guard.check: is this proposed action allowed?
-package guard
+package guardserver
 
 import (
 	"context"

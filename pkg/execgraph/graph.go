@@ -1,6 +1,6 @@
-// Package graph builds the execution graph of a trace: which step started
+// Package execgraph builds the execution graph of a trace: which step started
 // which, in what order they ran, and where data flowed between them.
-package graph
+package execgraph
 
 import (
 	"maps"
