@@ -5,6 +5,7 @@ package pipelines
 // Streams.
 const (
 	StreamIngest     = "TROY_INGEST"
+	StreamSteps      = "TROY_STEPS"
 	StreamTraces     = "TROY_TRACES"
 	StreamGraphs     = "TROY_GRAPHS"
 	StreamResults    = "TROY_RESULTS"

@@ -6,6 +6,8 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -20,6 +22,9 @@ type Topology struct {
 	Consumers        []Consumer      `json:"consumers"`
 	ConsumerDefaults ConsumerOptions `json:"consumer_defaults"`
 	Buckets          []Bucket        `json:"buckets"`
+	// RetiredConsumers were in an earlier layout; provisioning deletes them
+	// (a consumer whose filter no longer fits its stream blocks the update).
+	RetiredConsumers []Consumer `json:"retired_consumers"`
 	// Replicas of every stream and bucket: 1 on one server, 3 on a 3-node
 	// cluster; 0 keeps what the server has. Set at start (troy serve
 	// --replicas), not in the file.
@@ -44,6 +49,45 @@ type Consumer struct {
 	// MaxDeliver overrides the default; -1 retries forever (forwarders,
 	// which must drop nothing while a destination is down).
 	MaxDeliver int `json:"max_deliver,omitempty"`
+	// MaxAckPending overrides the default; 1 delivers strictly in order.
+	MaxAckPending int `json:"max_ack_pending,omitempty"`
+	// Partitions > 0 makes this entry a family of consumers, <name>-0 …
+	// <name>-(n-1), with "{p}" in the filters replaced by the partition.
+	Partitions int `json:"partitions,omitempty"`
+	// Pinned consumers deliver to one client at a time (JetStream's pinned
+	// priority group PriorityGroup); another is pinned when it stops pulling.
+	Pinned bool `json:"pinned,omitempty"`
+}
+
+// PriorityGroup is the priority group of pinned consumers.
+const PriorityGroup = "troy"
+
+// Partition returns the consumer of partition p of a partitioned entry.
+func (c Consumer) Partition(p int) Consumer {
+	out := c
+	out.Name = fmt.Sprintf("%s-%d", c.Name, p)
+	out.Partitions = 0
+	out.FilterSubjects = make([]string, len(c.FilterSubjects))
+	for i, f := range c.FilterSubjects {
+		out.FilterSubjects[i] = strings.ReplaceAll(f, "{p}", strconv.Itoa(p))
+	}
+	return out
+}
+
+// Durables lists the durable consumers to provision: every entry, with a
+// partitioned one expanded into its partitions.
+func (t *Topology) Durables() []Consumer {
+	var out []Consumer
+	for _, c := range t.Consumers {
+		if c.Partitions == 0 {
+			out = append(out, c)
+			continue
+		}
+		for p := range c.Partitions {
+			out = append(out, c.Partition(p))
+		}
+	}
+	return out
 }
 
 // ConsumerOptions apply to every consumer.
@@ -85,17 +129,42 @@ func Load() (*Topology, error) {
 	if err := yaml.UnmarshalStrict(topologyYAML, &t); err != nil {
 		return nil, fmt.Errorf("pipelines/topology.yaml: %w", err)
 	}
+	for _, c := range t.Consumers {
+		if c.Partitions < 0 || c.Partitions > 1024 {
+			return nil, fmt.Errorf("pipelines/topology.yaml: consumer %s: partitions must be 0 to 1024, got %d", c.Name, c.Partitions)
+		}
+	}
 	return &t, nil
 }
 
-// Consumer returns the consumer of the given name.
+// Consumer returns the consumer of the given name: an entry, or one
+// partition of a partitioned entry ("streamer-3").
 func (t *Topology) Consumer(name string) (Consumer, bool) {
+	for _, c := range t.Durables() {
+		if c.Name == name {
+			return c, true
+		}
+	}
 	for _, c := range t.Consumers {
 		if c.Name == name {
 			return c, true
 		}
 	}
 	return Consumer{}, false
+}
+
+// Partitions returns the durable consumer names of a partitioned entry, in
+// partition order (nil when the entry is not partitioned).
+func (t *Topology) Partitions(name string) []string {
+	c, ok := t.Consumer(name)
+	if !ok || c.Partitions == 0 {
+		return nil
+	}
+	out := make([]string, c.Partitions)
+	for p := range c.Partitions {
+		out[p] = c.Partition(p).Name
+	}
+	return out
 }
 
 // Stream returns the stream of the given name.

@@ -75,7 +75,7 @@ func BenchmarkStreamingLatency(b *testing.B) {
 		<-tick.C
 		traceID := fmt.Sprintf("bench-%d", i%traces)
 		stepID := fmt.Sprint(i / traces)
-		msg := nats.NewMsg(bus.StepPrefix + traceID)
+		msg := nats.NewMsg(streamSubject(bus.StreamStep, traceID))
 		msg.Data = []byte(`{"step_id": "` + stepID + `", "type": "tool_call", "name": "t"}`)
 		mu.Lock()
 		sent[traceID+"/"+stepID] = time.Now()

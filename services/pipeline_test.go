@@ -188,7 +188,8 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		header  nats.Header
 	}{
 		{"troy.ingest.step", []string{"ingest"}, "no valid run token", []byte(`{}`), nil},
-		{"troy.ingest.step.t1", []string{"streamer"}, "trace t1: invalid trace", []byte(`{"step_id": 1}`), nil},
+		{streamSubject(bus.StreamStep, "t1"), []string{"streamer"}, "trace t1: invalid trace", []byte(`{"step_id": 1}`), nil},
+		{"troy.ingest.step.0.x", []string{"streamer"}, "belongs to partition", []byte(`{"step_id": "1"}`), nil},
 		{"troy.trace.r1", []string{"graph"}, "malformed canonical trace", []byte(`not json`), nil},
 		{"troy.trace.r1", []string{"graph"}, "carries no trace", []byte(`{"trace_id": "t"}`), nil},
 		{"troy.graph.r1", []string{"evaluator", "explainer"}, "malformed", []byte(`[1,2]`), nil},

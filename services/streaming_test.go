@@ -64,11 +64,21 @@ func startStreaming(t *testing.T, idle time.Duration) (*bustest.Server, *policy.
 
 func sendStep(t *testing.T, srv *bustest.Server, traceID, body string) {
 	t.Helper()
-	m := nats.NewMsg(bus.StepPrefix + traceID)
+	m := nats.NewMsg(streamSubject(bus.StreamStep, traceID))
 	m.Data = []byte(body)
 	m.Header.Set(bus.HeaderAgent, "booking-bot")
 	_, err := srv.JS.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
+}
+
+// streamSubject is where a streamed trace's message goes, on the shipped
+// topology.
+func streamSubject(kind, traceID string) string {
+	topo, err := pipelines.Load()
+	if err != nil {
+		panic(err)
+	}
+	return bus.StreamSubject(kind, traceID, bus.StreamPartitions(topo))
 }
 
 // streamed reads a stream from now on through an ordered consumer: what a
@@ -124,7 +134,7 @@ func TestStreamingAudit(t *testing.T) {
 	sendStep(t, srv, "run-1", `{"step_id": "4", "type": "tool_call", "name": "post", "metadata": {"network_zone": "external"}}`)
 	assert.Equal(t, "pii-then-external@1", finding(t, next(t, findings)), "fires when the later step arrives")
 
-	_, err := srv.JS.Publish(context.Background(), bus.EndPrefix+"run-1", nil)
+	_, err := srv.JS.Publish(context.Background(), streamSubject(bus.StreamEnd, "run-1"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "booked-unconfirmed@3", finding(t, next(t, findings)), "decided at the end")
 
@@ -155,7 +165,7 @@ func TestOTLPExportIsStreamed(t *testing.T) {
 	srv, _ := startStreaming(t, time.Minute)
 	reports := subscribe(t, srv.NC, "troy.report.live")
 	findings := streamed(t, srv, pipelines.StreamViolations)
-	web := httptest.NewServer(httpapi.Traces(srv.JS, httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: "streaming"}))
+	web := httptest.NewServer(httpapi.Traces(srv.JS, httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: "streaming", Partitions: 8}))
 	defer web.Close()
 
 	td := ptrace.NewTraces()

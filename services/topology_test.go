@@ -80,7 +80,9 @@ func TestTopologyMatchesCode(t *testing.T) {
 		require.True(t, ok, "service consumer %q is not in topology.yaml", svc.consumer)
 		used[c.Name] = true
 		for _, f := range svc.consumes {
-			example := strings.ReplaceAll(strings.ReplaceAll(f, ">", "x"), "*", "r")
+			// a subject the pattern matches ("step" is a valid token for every
+			// wildcard; {p} is a partition of a partitioned consumer)
+			example := strings.NewReplacer(">", "x", "*", "step", "{p}", "0").Replace(f)
 			assert.Equal(t, []string{c.Stream}, streamsFor(topo, example), "%s reads %s from its consumer's stream", svc.consumer, f)
 		}
 		assert.ElementsMatch(t, svc.consumes, c.FilterSubjects, "consumer %s filters what the service reads", c.Name)

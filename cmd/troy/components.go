@@ -110,8 +110,8 @@ var components = []component{
 	}},
 	{"streamer", kindService, "streaming audit of steps sent as they happen", func(ctx context.Context, b *builder) (runFunc, error) {
 		c := streamer.DefaultConfig()
-		c.Workers = b.workers(c.Workers)
 		c.Version = version
+		c.Registerer = b.reg
 		if b.cfg.streamIdle > 0 {
 			c.IdleTimeout = b.cfg.streamIdle
 		}

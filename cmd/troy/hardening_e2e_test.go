@@ -205,7 +205,7 @@ func TestEmptyBodiesAndSlowClients(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, string(body), "the document is empty")
 
-	dead := publishForDeadLetter(t, natsURL, bus.StepPrefix+"t-2", nil)
+	dead := publishForDeadLetter(t, natsURL, bus.StreamSubject(bus.StreamStep, "t-2", 8), nil)
 	assert.Equal(t, "streamer", dead.Header.Get(bus.HeaderStage), "the streamer dead-letters it, and lives")
 	assert.Contains(t, dead.Header.Get(bus.HeaderReason), "the document is empty")
 	resp, err = http.Get(httpURL + "/healthz")

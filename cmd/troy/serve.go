@@ -15,10 +15,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/bus"
 
 	"github.com/troy-audit/troy/pkg/httpapi"
 	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/splunk"
@@ -94,7 +99,12 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if def != nil {
 				defaultPolicy = def.Policy().PolicyID // pushed by startStack
 			}
-			api := httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: defaultPolicy, Log: log}
+			api, err := httpAPI(ctx, st, defaultPolicy, log)
+			if err != nil {
+				lis.Close()
+				_ = st.Close(5 * time.Second)
+				return codeError{exitError, err}
+			}
 			// A client that sends its request slowly (or never finishes
 			// it) is cut off, so slow connections cannot pile up.
 			srv := &http.Server{Handler: httpHandler(st, reg, api), ReadHeaderTimeout: min(5*time.Second, readTimeout),
@@ -153,11 +163,48 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	return cmd
 }
 
-func httpHandler(st *stack, reg *prometheus.Registry, api httpapi.TracesConfig) http.Handler {
+// httpAPI wires the trace endpoints: policies are resolved before anything
+// is accepted, streamed traces go to their partition.
+func httpAPI(ctx context.Context, st *stack, defaultPolicy string, log zerolog.Logger) (httpAPIConfig, error) {
+	store, err := policystore.Open(ctx, st.js)
+	if err != nil {
+		return httpAPIConfig{}, err
+	}
+	store.SetDefault(defaultPolicy)
+	if err := store.Watch(ctx); err != nil {
+		return httpAPIConfig{}, err
+	}
+	topo, err := pipelines.Load()
+	if err != nil {
+		return httpAPIConfig{}, err
+	}
+	kv, err := st.js.KeyValue(ctx, pipelines.BucketStreams)
+	if err != nil {
+		return httpAPIConfig{}, fmt.Errorf("http api: bucket %s: %w", pipelines.BucketStreams, err)
+	}
+	steps, err := st.js.Stream(ctx, pipelines.StreamSteps)
+	if err != nil {
+		return httpAPIConfig{}, fmt.Errorf("http api: stream %s: %w", pipelines.StreamSteps, err)
+	}
+	parts := bus.StreamPartitions(topo)
+	return httpAPIConfig{
+		traces: httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: defaultPolicy, Policies: store, Partitions: parts, Log: log},
+		stream: httpapi.Streaming{Pub: st.js, Policies: store, State: kv, Log: steps, Partitions: parts, Limits: trace.DefaultLimits(),
+			Policy: defaultPolicy},
+	}, nil
+}
+
+type httpAPIConfig struct {
+	traces httpapi.TracesConfig
+	stream httpapi.Streaming
+}
+
+func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/traces", httpapi.Traces(st.js, api))
-	mux.Handle("POST /v1/traces/{trace_id}/steps", httpapi.Steps(st.js, api))
-	mux.Handle("POST /v1/traces/{trace_id}/end", httpapi.End(st.js))
+	mux.Handle("POST /v1/traces", httpapi.Traces(st.js, api.traces))
+	mux.Handle("POST /v1/traces/{trace_id}/start", api.stream.Start())
+	mux.Handle("POST /v1/traces/{trace_id}/steps", api.stream.Steps())
+	mux.Handle("POST /v1/traces/{trace_id}/end", api.stream.End())
 	if st.guard != nil {
 		mux.Handle("POST /v1/guard/check", httpapi.Guard(st.guard))
 	}

@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,6 +14,12 @@ import (
 // Provision creates or updates every stream, consumer and bucket of the
 // topology. It is idempotent: every process runs it at start.
 func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topology) error {
+	for _, c := range topo.RetiredConsumers {
+		if err := js.DeleteConsumer(ctx, c.Stream, c.Name); err != nil &&
+			!errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("provision: remove retired consumer %s on %s: %w", c.Name, c.Stream, err)
+		}
+	}
 	for _, s := range topo.Streams {
 		cfg, err := streamConfig(s)
 		if err != nil {
@@ -23,7 +31,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 		}
 	}
 	d := topo.ConsumerDefaults
-	for _, c := range topo.Consumers {
+	for _, c := range topo.Durables() {
 		cfg := jetstream.ConsumerConfig{
 			Durable:     c.Name,
 			Description: "troy " + c.Name + " service",
@@ -39,6 +47,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 		}
 		if c.MaxDeliver != 0 {
 			cfg.MaxDeliver = serverMaxDeliver(c.MaxDeliver)
+		}
+		if c.MaxAckPending != 0 {
+			cfg.MaxAckPending = c.MaxAckPending
+		}
+		if c.Pinned {
+			cfg.PriorityPolicy = jetstream.PriorityPolicyPinned
+			cfg.PriorityGroups = []string{pipelines.PriorityGroup}
+			cfg.PinnedTTL = PinnedTTL
 		}
 		if len(c.FilterSubjects) == 1 {
 			cfg.FilterSubject = c.FilterSubjects[0]
@@ -59,6 +75,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 	}
 	return nil
 }
+
+// PinnedTTL is how long a pinned consumer waits for its client's next pull
+// before it pins another: how long a dead streamer's partitions wait.
+const PinnedTTL = 5 * time.Second
 
 // replicas is the replica count to provision a stream with: the one asked
 // for, or else what the stream has now (so a client that does not know the

@@ -21,6 +21,9 @@ const (
 	MetaSubject    = "_subject"    // the subject it arrived on (troy.<stage>.<run>)
 	MetaDeliveries = "_deliveries" // how many times JetStream has delivered it
 	MetaSequence   = "_sequence"   // its sequence in its stream
+	// MetaConsumerSeq is its delivery's sequence in its consumer: a gap
+	// means another client took deliveries in between.
+	MetaConsumerSeq = "_consumer_sequence"
 	// MetaPublishTo, on an outgoing message, overrides the topic it is
 	// published to (a stage that writes to several subjects).
 	MetaPublishTo = "_publish_to"
@@ -59,7 +62,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, consumer string) (<-chan *me
 	// every consumer waiting with messages pending: not understood yet.
 	// With 2×workers none was seen in 24 runs; the 5 s expiry bounds such a
 	// pause if it comes back.
-	it, err := cons.Messages(jetstream.PullMaxMessages(2*workers), jetstream.PullExpiry(5*time.Second))
+	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(2 * workers), jetstream.PullExpiry(5 * time.Second)}
+	if c.Pinned {
+		// pull again well within the pin's TTL, or another client is pinned
+		opts = []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(2 * workers), jetstream.PullExpiry(PinnedTTL / 3),
+			jetstream.PullPriorityGroup(pipelines.PriorityGroup)}
+	}
+	it, err := cons.Messages(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", consumer, err)
 	}
@@ -178,6 +187,7 @@ func ToMessage(jm jetstream.Msg) *message.Message {
 	if mdErr == nil {
 		msg.Metadata.Set(MetaDeliveries, strconv.FormatUint(md.NumDelivered, 10))
 		msg.Metadata.Set(MetaSequence, strconv.FormatUint(md.Sequence.Stream, 10))
+		msg.Metadata.Set(MetaConsumerSeq, strconv.FormatUint(md.Sequence.Consumer, 10))
 	}
 	return msg
 }

@@ -62,12 +62,23 @@ func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h
 		}.Middleware,
 		middleware.Timeout(o.timeout),
 	)
+	if c.MaxAckPending > 0 {
+		workers = min(workers, c.MaxAckPending) // the server delivers no more
+	}
 	sub := &Subscriber{JS: d.JS, Topology: d.Topology, Workers: workers}
 	var outputs message.Publisher = pub
 	if o.publisher != nil {
 		outputs = o.publisher(pub)
 	}
-	r.AddHandler(consumer, consumer, sub, "", outputs, h)
+	// A partitioned consumer is one subscription, and one handler, per
+	// partition; the stage keeps one name for its metrics and dead letters.
+	names := d.Topology.Partitions(consumer)
+	if names == nil {
+		names = []string{consumer}
+	}
+	for _, name := range names {
+		r.AddHandler(name, name, sub, "", outputs, h)
+	}
 	log.Debug().Int("workers", workers).Msg("stage running on the router")
 	if err := r.Run(ctx); err != nil {
 		return fmt.Errorf("stage %s: %w", consumer, err)

@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"regexp"
+	"strconv"
 	"strings"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -65,14 +67,63 @@ func RunOf(subject string) string {
 var runPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidRun reports whether s can be a run token in a subject.
-func ValidRun(s string) bool { return runPattern.MatchString(s) && s != "step" && s != "end" }
+func ValidRun(s string) bool {
+	return runPattern.MatchString(s) && s != StreamStep && s != StreamEnd && s != StreamStart
+}
 
-// Streamed steps and trace ends: troy.ingest.step.<trace_id>,
-// troy.ingest.end.<trace_id>.
+// Streamed traces travel on troy.ingest.<kind>.<partition>.<trace_id>: a
+// start (agent and metadata given up front), steps, and the end. Every
+// message of a trace goes to the same partition, so one streamer reads
+// them, in order.
 const (
-	StepPrefix = "troy.ingest.step."
-	EndPrefix  = "troy.ingest.end."
+	StreamStart = "start"
+	StreamStep  = "step"
+	StreamEnd   = "end"
 )
+
+// Partition is the partition of a streamed trace among n (FNV-1a of its
+// id): every publisher and every streamer must agree on it.
+func Partition(traceID string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(traceID); i++ {
+		h ^= uint32(traceID[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// StreamSubject is the subject of a streamed trace's message of this kind,
+// for a topology of n partitions.
+func StreamSubject(kind, traceID string, n int) string {
+	return "troy.ingest." + kind + "." + strconv.Itoa(Partition(traceID, n)) + "." + traceID
+}
+
+// StreamPartitions is how many partitions streamed traces are spread over:
+// the partitions of the streamer's consumer in the topology.
+func StreamPartitions(t *pipelines.Topology) int {
+	c, _ := t.Consumer(pipelines.ConsumerStreamer)
+	return max(c.Partitions, 1)
+}
+
+// ParseStreamSubject splits troy.ingest.<kind>.<partition>.<trace_id>.
+func ParseStreamSubject(subject string) (kind string, partition int, traceID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, "troy.ingest.")
+	if !found {
+		return "", 0, "", false
+	}
+	parts := strings.SplitN(rest, ".", 3)
+	if len(parts) != 3 || (parts[0] != StreamStart && parts[0] != StreamStep && parts[0] != StreamEnd) {
+		return "", 0, "", false
+	}
+	p, err := strconv.Atoi(parts[1])
+	if err != nil || p < 0 || strconv.Itoa(p) != parts[1] {
+		return "", 0, "", false
+	}
+	return parts[0], p, parts[2], true
+}
 
 // ValidTraceToken reports whether a trace id is valid (trace.ValidateID) and
 // can end a subject: no spaces or wildcards, no empty tokens.

@@ -19,9 +19,9 @@ func isOTLP(r *http.Request, body []byte) bool {
 }
 
 // receiveOTLP streams each agent run in an export: its steps go to
-// troy.ingest.step.<trace_id>, and a run whose root span came (the agent
+// its partition's troy.ingest.step.<p>.<trace_id>, and a run whose root span came (the agent
 // span ends, and is exported, last) is ended. Other runs end when idle.
-func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []byte) {
+func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []byte, policyHash string, partitions int) {
 	protobuf := r.Header.Get("Content-Type") == "application/x-protobuf"
 	td, err := otlp.Decode(body, r.Header.Get("Content-Type"))
 	if err != nil {
@@ -30,7 +30,7 @@ func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []b
 	}
 	runs, rejected := otlp.Convert(td)
 	for _, c := range runs {
-		if err := publishRun(r.Context(), pub, c); err != nil {
+		if err := publishRun(r.Context(), pub, c, policyHash, partitions); err != nil {
 			http.Error(w, "the pipeline did not take the spans; retry: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -58,7 +58,7 @@ func receiveOTLP(w http.ResponseWriter, r *http.Request, pub Publisher, body []b
 	_, _ = w.Write(out)
 }
 
-func publishRun(ctx context.Context, pub Publisher, c otlp.Converted) error {
+func publishRun(ctx context.Context, pub Publisher, c otlp.Converted, policyHash string, partitions int) error {
 	t := c.Trace
 	if !bus.ValidTraceToken(t.TraceID) {
 		return fmt.Errorf("trace id %q cannot name a subject", t.TraceID)
@@ -67,14 +67,15 @@ func publishRun(ctx context.Context, pub Publisher, c otlp.Converted) error {
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(bus.StepPrefix + t.TraceID)
+	m := nats.NewMsg(bus.StreamSubject(bus.StreamStep, t.TraceID, partitions))
 	m.Data = body
 	m.Header.Set(bus.HeaderAgent, t.AgentName)
+	m.Header.Set(bus.HeaderPolicy, policyHash)
 	if _, err := pub.PublishMsg(ctx, m); err != nil {
 		return err
 	}
 	if c.Complete {
-		_, err = pub.PublishMsg(ctx, nats.NewMsg(bus.EndPrefix+t.TraceID))
+		_, err = pub.PublishMsg(ctx, nats.NewMsg(bus.StreamSubject(bus.StreamEnd, t.TraceID, partitions)))
 	}
 	return err
 }

@@ -1,52 +1,134 @@
 package httpapi
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/stream"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
-// Steps handles POST /v1/traces/{trace_id}/steps[?agent=A&policy=P]: one
-// step or a list, checked at once (400 with every problem) and published to
-// troy.ingest.step.<trace_id> for the streamer (202).
-func Steps(pub Publisher, cfg TracesConfig) http.Handler {
+// PolicyLookup resolves a policy id or hash to a compiled policy ("" is the
+// server's default).
+type PolicyLookup interface {
+	Engine(ctx context.Context, ref string) (*policy.Engine, error)
+}
+
+// StreamState is the streamer's bucket (which traces were started, which
+// ended) as the streaming endpoints read and write it.
+type StreamState interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+}
+
+// StreamLog is the step log, where a start checks that no step came first.
+type StreamLog interface {
+	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
+}
+
+// Streaming wires the streaming endpoints.
+type Streaming struct {
+	Pub        Publisher
+	Policies   PolicyLookup
+	State      StreamState
+	Log        StreamLog
+	Partitions int
+	Limits     trace.Limits
+	// Policy (an id or hash) applies to traces whose first request names
+	// none; "" with no ?policy= is refused.
+	Policy string
+}
+
+// Start handles POST /v1/traces/{trace_id}/start[?policy=P] with
+// {"agent_name": …, "metadata": {…}}: the trace's agent and metadata, up
+// front, so the rules that read them are decided as its steps arrive.
+func (s Streaming) Start() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("trace_id")
-		if !bus.ValidTraceToken(id) {
-			writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("trace id %q: no spaces, '*', '>' or empty dot-separated parts", id)})
+		id, ok := s.traceID(w, r)
+		if !ok || !s.notEnded(w, r, id) {
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(cfg.Limits.MaxBytes)+1))
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, Problem{Error: fmt.Sprintf("over the %d-byte limit: send fewer steps at a time", cfg.Limits.MaxBytes)})
+		body, ok := readBody(w, r, s.Limits.MaxBytes)
+		if !ok {
 			return
 		}
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, Problem{Error: "reading the body: " + err.Error()})
+		var st stream.Start
+		if err := json.Unmarshal(body, &st); err != nil {
+			writeJSON(w, http.StatusBadRequest, Problem{Error: `start body: want {"agent_name": "…", "metadata": {…}}: ` + err.Error()})
 			return
 		}
-		steps, err := trace.ParseSteps(body, cfg.Limits)
+		hash, ok := s.policy(w, r)
+		if !ok {
+			return
+		}
+		filter := "troy.ingest.*." + fmt.Sprint(bus.Partition(id, s.Partitions)) + "." + id
+		if first, err := s.Log.GetMsg(r.Context(), 1, jetstream.WithGetMsgSubject(filter)); err == nil && first != nil {
+			writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s already has steps: a start must come first (or use a new trace id)", id)})
+			return
+		} else if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "reading the step log: " + err.Error()})
+			return
+		}
+		if _, err := s.State.Create(r.Context(), stream.StartedKey(id), body); errors.Is(err, jetstream.ErrKeyExists) {
+			writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s was already started", id)})
+			return
+		} else if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "recording the start: " + err.Error()})
+			return
+		}
+		m := nats.NewMsg(bus.StreamSubject(bus.StreamStart, id, s.Partitions))
+		m.Data = body
+		m.Header.Set(bus.HeaderPolicy, hash)
+		if _, err := s.Pub.PublishMsg(r.Context(), m); err != nil {
+			_ = s.State.Delete(context.WithoutCancel(r.Context()), stream.StartedKey(id))
+			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the start; retry later: " + err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"trace_id": id, "started": true, "policy": hash})
+	})
+}
+
+// Steps handles POST /v1/traces/{trace_id}/steps[?agent=A&policy=P]: one
+// step or a list, checked at once (400 with every problem; 409 when the
+// trace has ended; 4xx when no policy applies) and published on the
+// trace's partition for the streamer (202).
+func (s Streaming) Steps() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := s.traceID(w, r)
+		if !ok || !s.notEnded(w, r, id) {
+			return
+		}
+		body, ok := readBody(w, r, s.Limits.MaxBytes)
+		if !ok {
+			return
+		}
+		steps, err := trace.ParseSteps(body, s.Limits)
 		var invalid *trace.InvalidError
 		if errors.As(err, &invalid) {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: "invalid steps", Problems: invalid.Problems})
 			return
 		}
-		m := nats.NewMsg(bus.StepPrefix + id)
+		hash, ok := s.policy(w, r)
+		if !ok {
+			return
+		}
+		m := nats.NewMsg(bus.StreamSubject(bus.StreamStep, id, s.Partitions))
 		m.Data = body
 		if a := r.URL.Query().Get("agent"); a != "" {
 			m.Header.Set(bus.HeaderAgent, a)
 		}
-		if p := r.URL.Query().Get("policy"); p != "" {
-			m.Header.Set(bus.HeaderPolicy, p)
-		}
-		if _, err := pub.PublishMsg(r.Context(), m); err != nil {
+		m.Header.Set(bus.HeaderPolicy, hash)
+		if _, err := s.Pub.PublishMsg(r.Context(), m); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the steps; retry later: " + err.Error()})
 			return
 		}
@@ -54,19 +136,107 @@ func Steps(pub Publisher, cfg TracesConfig) http.Handler {
 	})
 }
 
-// End handles POST /v1/traces/{trace_id}/end: the trace is complete; its
-// last verdicts and its report follow.
-func End(pub Publisher) http.Handler {
+// End handles POST /v1/traces/{trace_id}/end, optionally with
+// {"agent_name": …, "metadata": {…}} when the start did not give them: the
+// trace is complete; its last verdicts and its report follow.
+func (s Streaming) End() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("trace_id")
-		if !bus.ValidTraceToken(id) {
-			writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("trace id %q: no spaces, '*', '>' or empty dot-separated parts", id)})
+		id, ok := s.traceID(w, r)
+		if !ok || !s.notEnded(w, r, id) {
 			return
 		}
-		if _, err := pub.PublishMsg(r.Context(), nats.NewMsg(bus.EndPrefix+id)); err != nil {
+		body, ok := readBody(w, r, s.Limits.MaxBytes)
+		if !ok {
+			return
+		}
+		if len(body) > 0 {
+			var st stream.Start
+			if err := json.Unmarshal(body, &st); err != nil {
+				writeJSON(w, http.StatusBadRequest, Problem{Error: `end body: want nothing, or {"agent_name": "…", "metadata": {…}}: ` + err.Error()})
+				return
+			}
+			if st.Reason != "" {
+				writeJSON(w, http.StatusBadRequest, Problem{Error: `end body: "reason" is troy's own (idle ends)`})
+				return
+			}
+			if _, err := s.State.Get(r.Context(), stream.StartedKey(id)); err == nil {
+				writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s was started with its agent and metadata: its end cannot change them", id)})
+				return
+			}
+		}
+		m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, id, s.Partitions))
+		m.Data = body
+		if _, err := s.Pub.PublishMsg(r.Context(), m); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the end; retry later: " + err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"trace_id": id, "ended": true})
 	})
+}
+
+func (s Streaming) traceID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("trace_id")
+	if !bus.ValidTraceToken(id) {
+		writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("trace id %q: no spaces, '*', '>' or empty dot-separated parts", id)})
+		return "", false
+	}
+	return id, true
+}
+
+// notEnded answers 409 for a trace that has ended: what comes after an end
+// would otherwise be dropped by the streamer.
+func (s Streaming) notEnded(w http.ResponseWriter, r *http.Request, id string) bool {
+	entry, err := s.State.Get(r.Context(), stream.EndedKey(id))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return true
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "reading the trace's state: " + err.Error()})
+		return false
+	}
+	var stone stream.Tombstone
+	_ = json.Unmarshal(entry.Value(), &stone)
+	writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s has ended (%s): send further steps under a new trace id", id, stone.Why)})
+	return false
+}
+
+// policy resolves the request's policy (?policy=, else the server's) to
+// its hash, which travels with the message: 400 when there is none, 422
+// when it names no stored policy.
+func (s Streaming) policy(w http.ResponseWriter, r *http.Request) (string, bool) {
+	return resolvePolicy(w, r, s.Policies, s.Policy)
+}
+
+func resolvePolicy(w http.ResponseWriter, r *http.Request, policies PolicyLookup, def string) (string, bool) {
+	ref := r.URL.Query().Get("policy")
+	if ref == "" {
+		ref = def
+	}
+	if ref == "" {
+		writeJSON(w, http.StatusBadRequest, Problem{Error: "no policy: start troy serve with --policy FILE, or name a pushed policy with ?policy=ID or ?policy=sha256:…"})
+		return "", false
+	}
+	if policies == nil {
+		return ref, true
+	}
+	e, err := policies.Engine(r.Context(), ref)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, Problem{Error: fmt.Sprintf("policy %q: %v (troy policies push FILE stores one; troy policies list shows them)", ref, err)})
+		return "", false
+	}
+	return e.Hash(), true
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)+1))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeJSON(w, http.StatusRequestEntityTooLarge, Problem{Error: fmt.Sprintf("over the %d-byte limit: send fewer steps at a time", limit)})
+		return nil, false
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, Problem{Error: "reading the body: " + err.Error()})
+		return nil, false
+	}
+	return body, true
 }

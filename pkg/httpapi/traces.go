@@ -29,7 +29,13 @@ type TracesConfig struct {
 	// Policy (an id, or a sha256: hash) is put on traces whose request names
 	// none (?policy=).
 	Policy string
-	Log    zerolog.Logger
+	// Policies resolves ?policy= (and Policy) before anything is accepted:
+	// an unknown policy is a 422 now, not a dead letter later. Nil skips
+	// the check (the pipeline then resolves it).
+	Policies PolicyLookup
+	// Partitions of streamed traces (OTLP exports are streamed).
+	Partitions int
+	Log        zerolog.Logger
 }
 
 // Accepted is the 202 response.
@@ -61,12 +67,8 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("run %q: use 1-64 letters, digits, '-' or '_'", run)})
 			return
 		}
-		policyRef := r.URL.Query().Get("policy")
-		if policyRef == "" {
-			policyRef = cfg.Policy
-		}
-		if policyRef == "" {
-			writeJSON(w, http.StatusBadRequest, Problem{Error: "no policy: start troy serve with --policy FILE, or name a pushed policy with ?policy=ID or ?policy=sha256:…"})
+		policyRef, ok := resolvePolicy(w, r, cfg.Policies, cfg.Policy)
+		if !ok {
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(cfg.Limits.MaxBytes)+1))
@@ -80,7 +82,7 @@ func Traces(pub Publisher, cfg TracesConfig) http.Handler {
 			return
 		}
 		if isOTLP(r, body) {
-			receiveOTLP(w, r, pub, body)
+			receiveOTLP(w, r, pub, body, policyRef, cfg.Partitions)
 			return
 		}
 		tr, err := trace.ParseAny(body, cfg.Limits, r.URL.Query().Get("format"), "")

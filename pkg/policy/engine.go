@@ -71,6 +71,9 @@ type compiledRule struct {
 	source  rewritten // to point runtime errors at the user's text
 	cost    cost      // how its runs are timed against the budget
 	decide  string    // when its verdict is certain in a streamed trace
+	// readsInfo: the condition reads the trace's or agent's name or
+	// metadata, which a streamed trace may only give at its end.
+	readsInfo bool
 }
 
 // Engine is a policy compiled once, safe for concurrent use.
@@ -120,7 +123,8 @@ func CompileWith(p *Policy, o Options) (*Engine, error) {
 			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
 			continue
 		}
-		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, cost: c, decide: decideWhen(prog.Node())}
+		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, cost: c, decide: decideWhen(prog.Node()),
+			readsInfo: mentions(prog.Node(), infoNames)}
 		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
 		e.timed = e.timed || c != costFlat
 		e.rules = append(e.rules, cr)
@@ -273,6 +277,65 @@ func (e *Engine) DecideWhen() []string {
 		out[i] = r.decide
 	}
 	return out
+}
+
+// ReadsTraceInfo says, for each rule in policy order, whether its condition
+// reads `trace` or `agent` (ids, names, metadata): while a trace streams
+// in, such a rule waits for the end unless the metadata was given up front.
+func (e *Engine) ReadsTraceInfo() []bool {
+	out := make([]bool, len(e.rules))
+	for i, r := range e.rules {
+		out[i] = r.readsInfo
+	}
+	return out
+}
+
+// Stepwise evaluates single rules on single steps of one trace, reusing
+// one environment: a streamer calls it for every step it decides. Call
+// Reset after the trace's steps or metadata change. Not safe for
+// concurrent use.
+type Stepwise struct {
+	e       *Engine
+	t       *trace.Trace
+	env     *Env
+	machine vm.VM
+}
+
+// Stepwise starts a step-by-step evaluation of t.
+func (e *Engine) Stepwise(t *trace.Trace) *Stepwise {
+	s := &Stepwise{e: e}
+	s.Reset(t)
+	return s
+}
+
+// Reset points the evaluation at t as it is now.
+func (s *Stepwise) Reset(t *trace.Trace) {
+	s.t, s.env = t, newEnv(t)
+}
+
+// Rule runs rule (its index in the policy) on step i within the rule's
+// budget, with the trace as it is in scope.
+func (s *Stepwise) Rule(rule, i int) (Violation, bool, *RuleError) {
+	r := s.e.rules[rule]
+	env, t := s.env, s.t
+	env.at(t, i)
+	st := t.Steps[i]
+	if r.guard.skipsTrace(env) || r.guard.skips(i, st) {
+		return Violation{}, false, nil
+	}
+	env.Meter = nil
+	if r.cost != costFlat {
+		env.Meter = newMeter(context.Background(), s.e.budget, s.e.memory)
+		env.Meter.start(time.Now(), s.e.budget)
+	}
+	out, err := s.machine.Run(r.program, env)
+	if err != nil {
+		return Violation{}, false, &RuleError{RuleID: r.RuleID, StepID: st.StepID, StepIndex: i, Error: r.errorText(err)}
+	}
+	if fired, _ := out.(bool); fired {
+		return r.violation(st, i), true, nil
+	}
+	return Violation{}, false, nil
 }
 
 // EvaluateRule runs one rule (by its index in the policy) on step i, with

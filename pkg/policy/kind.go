@@ -67,10 +67,17 @@ func decideWhen(root ast.Node) string {
 	return kind
 }
 
-func mentionsFuture(n ast.Node) bool {
+// infoNames are the scope names that read the trace's and agent's
+// identity and metadata.
+var infoNames = map[string]bool{"trace": true, "agent": true}
+
+func mentionsFuture(n ast.Node) bool { return mentions(n, futureNames) }
+
+// mentions reports whether the condition reads any of the scope names.
+func mentions(n ast.Node, names map[string]bool) bool {
 	found := false
 	ast.Walk(&n, visitor(func(x ast.Node) {
-		if id, ok := x.(*ast.IdentifierNode); ok && futureNames[id.Value] {
+		if id, ok := x.(*ast.IdentifierNode); ok && names[id.Value] {
 			found = true
 		}
 	}))

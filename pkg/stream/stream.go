@@ -1,5 +1,7 @@
 // Package stream audits a trace while it arrives step by step: it keeps the
-// steps so far and reports each violation the moment it is certain, once.
+// steps so far in memory and reports each violation the moment it is
+// certain, once, so that what it reports over the trace's life is exactly
+// what a batch audit of the finished trace finds.
 //
 // When is a verdict certain? A rule that reads only the step and earlier
 // ones is decided when the step arrives. A rule that also looks ahead only
@@ -7,7 +9,9 @@
 // can only turn true as steps arrive, so it fires the moment it does. Any
 // other look-ahead (not any_next(…), all/count/len over later steps,
 // next_step == nil) can change until the end, so it is decided when the
-// trace ends. Reported findings are never retracted.
+// trace ends. So is a rule that reads the trace's or agent's name or
+// metadata, unless they were given up front (a start message): they may
+// still arrive with the end. Reported findings are never retracted.
 package stream
 
 import (
@@ -26,127 +30,174 @@ type Limits struct {
 	MaxBytes int // of the steps as received
 }
 
-// DefaultLimits keep an open trace small enough for one KV entry.
-func DefaultLimits() Limits { return Limits{MaxSteps: 2000, MaxBytes: 8 << 20} }
+// DefaultLimits hold a 10,000-step agent run with room to spare. In memory
+// an open trace takes about three times its steps' size as received, so
+// at most ~100 MiB.
+func DefaultLimits() Limits { return Limits{MaxSteps: 20000, MaxBytes: 32 << 20} }
 
 // ErrLimit is returned when a trace outgrows its limits; it is then closed.
 var ErrLimit = errors.New("trace over its streaming limits")
 
-// State is one open trace.
-type State struct {
-	TraceID    string            `json:"trace_id"`
-	Agent      string            `json:"agent_name"`
-	Metadata   map[string]any    `json:"metadata,omitempty"`
-	PolicyHash string            `json:"policy_hash"`
-	Steps      []*trace.Step     `json:"steps"`
-	Bytes      int               `json:"bytes"`
-	Reported   map[string]bool   `json:"reported"` // rule \x00 step id
-	Arrived    map[string]uint64 `json:"arrived"`  // step id -> its place in the order it was sent
-	LastSeen   time.Time         `json:"last_seen"`
-	// EndAt is when the sender said the trace is complete; it is closed a
-	// moment later, so steps still in flight beside the end are not lost.
-	EndAt   time.Time `json:"end_at,omitzero"`
-	EndWhy  string    `json:"end_why,omitempty"`
-	Closing bool      `json:"closing"`
+// Trace is one open streamed trace.
+type Trace struct {
+	ID         string
+	Agent      string
+	Metadata   map[string]any
+	PolicyHash string
+	// MetaFinal is set when the agent and metadata were given up front: the
+	// rules that read them are then decided as steps arrive.
+	MetaFinal bool
+	Steps     []*trace.Step
+	Bytes     int
+	LastSeen  time.Time
+	// Reordered counts steps that arrived after a step they precede (by
+	// timestamp) had been decided: the rules that read earlier steps were
+	// decided on those without them.
+	Reordered int
+
+	arrived  map[string]uint64 // step id -> its place in the order it was sent
+	reported map[firing]bool
+	eval     *policy.Stepwise
+	evalOf   *policy.Engine
+}
+
+// firing is one rule (by its place in the policy) on one step.
+type firing struct {
+	rule int
+	step string
 }
 
 // New starts a trace.
-func New(traceID, agent string, meta map[string]any, policyHash string, now time.Time) *State {
+func New(id, agent string, meta map[string]any, metaFinal bool, policyHash string, now time.Time) *Trace {
 	if agent == "" {
 		agent = "agent"
 	}
-	return &State{TraceID: traceID, Agent: agent, Metadata: meta, PolicyHash: policyHash,
-		Reported: map[string]bool{}, Arrived: map[string]uint64{}, LastSeen: now}
+	return &Trace{ID: id, Agent: agent, Metadata: meta, MetaFinal: metaFinal, PolicyHash: policyHash,
+		LastSeen: now, arrived: map[string]uint64{}, reported: map[firing]bool{}}
 }
 
 // Trace is the trace so far.
-func (s *State) Trace() *trace.Trace {
-	return &trace.Trace{TraceID: s.TraceID, AgentName: s.Agent, Metadata: s.Metadata, Steps: s.Steps}
+func (t *Trace) Trace() *trace.Trace {
+	return &trace.Trace{TraceID: t.ID, AgentName: t.Agent, Metadata: t.Metadata, Steps: t.Steps}
 }
 
 // Add takes newly arrived steps, ignoring ones already seen (same step id),
 // and keeps the steps ordered by timestamp when steps carry one, else by the
-// order they were sent: seq is the sending order of this batch (its stream
-// sequence), which concurrent workers may handle out of turn. It returns the
-// position of the earliest step added (len(Steps) when none was), so later
-// steps can be decided again.
-func (s *State) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now time.Time) (int, error) {
-	s.LastSeen = now
-	first := len(s.Steps)
+// order they were sent (seq: the stream sequence of their message). It
+// returns the position of the earliest step added (len(Steps) when none
+// was): the steps from there on are decided again.
+func (t *Trace) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now time.Time) (int, error) {
+	t.LastSeen = now
+	first := len(t.Steps)
 	var fresh []*trace.Step
 	for i, st := range steps {
-		if _, dup := s.Arrived[st.StepID]; dup {
+		if _, dup := t.arrived[st.StepID]; dup {
 			continue
 		}
-		s.Arrived[st.StepID] = seq<<20 | uint64(i) // a batch holds fewer than 2^20 steps
 		fresh = append(fresh, st)
+		t.arrived[st.StepID] = seq<<20 | uint64(i) // a message holds fewer than 2^20 steps
 	}
 	if len(fresh) == 0 {
 		return first, nil
 	}
-	if lim.MaxSteps > 0 && len(s.Steps)+len(fresh) > lim.MaxSteps {
-		return first, fmt.Errorf("%w: %d steps, over the %d-step limit", ErrLimit, len(s.Steps)+len(fresh), lim.MaxSteps)
+	if lim.MaxSteps > 0 && len(t.Steps)+len(fresh) > lim.MaxSteps {
+		return first, fmt.Errorf("%w: %d steps, over the %d-step limit", ErrLimit, len(t.Steps)+len(fresh), lim.MaxSteps)
 	}
-	if s.Bytes += size; lim.MaxBytes > 0 && s.Bytes > lim.MaxBytes {
-		return first, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrLimit, s.Bytes, lim.MaxBytes)
+	if t.Bytes += size; lim.MaxBytes > 0 && t.Bytes > lim.MaxBytes {
+		return first, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrLimit, t.Bytes, lim.MaxBytes)
 	}
-	s.Steps = append(s.Steps, fresh...)
-	before := make(map[string]int, len(s.Steps))
-	for i, st := range s.Steps {
-		before[st.StepID] = i
+	inOrder := true
+	for i, st := range fresh {
+		prev := (*trace.Step)(nil)
+		if i > 0 {
+			prev = fresh[i-1]
+		} else if n := len(t.Steps); n > 0 {
+			prev = t.Steps[n-1]
+		}
+		if prev != nil && t.less(st, prev) {
+			inOrder = false
+			break
+		}
 	}
-	sort.SliceStable(s.Steps, func(i, j int) bool { return s.less(s.Steps[i], s.Steps[j]) })
-	for i, st := range s.Steps {
-		if i < first && before[st.StepID] >= first {
-			first = i // a late step landed before earlier arrivals
+	t.Steps = append(t.Steps, fresh...)
+	if inOrder { // the common case: appended, nothing moves
+		return first, nil
+	}
+	moved := make(map[*trace.Step]bool, len(fresh))
+	for _, st := range fresh {
+		moved[st] = true
+	}
+	sort.SliceStable(t.Steps, func(i, j int) bool { return t.less(t.Steps[i], t.Steps[j]) })
+	decided := first
+	for i, st := range t.Steps {
+		if moved[st] && i < decided {
+			t.Reordered++ // a late step landed before earlier arrivals
+			first = min(first, i)
 		}
 	}
 	return first, nil
 }
 
 // less orders by timestamp when both steps have one, else by arrival.
-func (s *State) less(a, b *trace.Step) bool {
+func (t *Trace) less(a, b *trace.Step) bool {
 	if a.Timestamp != "" && b.Timestamp != "" && a.Timestamp != b.Timestamp {
 		return a.Timestamp < b.Timestamp // RFC 3339 in UTC sorts as text
 	}
-	return s.Arrived[a.StepID] < s.Arrived[b.StepID]
+	return t.arrived[a.StepID] < t.arrived[b.StepID]
 }
 
-// Decide returns the violations that became certain: rules decided on
-// arrival for steps from position `from` on, and look-ahead rules (any_next…)
-// that have turned true on any step. Each is returned once over the trace's
-// life.
-func (s *State) Decide(e *policy.Engine, from int) []policy.Violation {
-	return s.decide(e, from, false)
+// Decide returns the violations that became certain after steps were added
+// (from: Add's result): rules decided on arrival for steps from position
+// `from` on, and look-ahead rules (any_next…) that have turned true on any
+// step. Each is returned once over the trace's life.
+func (t *Trace) Decide(e *policy.Engine, from int) []policy.Violation {
+	return t.decide(e, from, false)
 }
 
-// Finish decides what is left at the end: every rule on every step.
-func (s *State) Finish(e *policy.Engine) []policy.Violation {
-	return s.decide(e, 0, true)
+// Finish decides what is left at the end: every rule on every step. The
+// agent and metadata, when not given up front, are those the end brings.
+func (t *Trace) Finish(e *policy.Engine, agent string, meta map[string]any) []policy.Violation {
+	if !t.MetaFinal {
+		if agent != "" {
+			t.Agent = agent
+		}
+		if meta != nil {
+			t.Metadata = meta
+		}
+		t.MetaFinal = true
+	}
+	return t.decide(e, 0, true)
 }
 
-func (s *State) decide(e *policy.Engine, from int, end bool) []policy.Violation {
-	t := s.Trace()
+func (t *Trace) decide(e *policy.Engine, from int, end bool) []policy.Violation {
+	if len(t.Steps) == 0 {
+		return nil
+	}
+	if t.evalOf != e || t.eval == nil {
+		t.eval, t.evalOf = e.Stepwise(t.Trace()), e
+	} else {
+		t.eval.Reset(t.Trace())
+	}
+	info := e.ReadsTraceInfo()
 	var out []policy.Violation
 	for r, when := range e.DecideWhen() {
-		if when == policy.DecideAtEnd && !end {
-			continue
-		}
 		start := 0
-		if when == policy.DecideNow && !end {
+		switch {
+		case end:
+		case info[r] && !t.MetaFinal, when == policy.DecideAtEnd:
+			continue // may change until the end
+		case when == policy.DecideNow:
 			start = from
 		}
 		for i := start; i < len(t.Steps); i++ {
-			v, fired, _ := e.EvaluateRule(t, r, i)
-			if !fired {
+			key := firing{r, t.Steps[i].StepID}
+			if t.reported[key] {
 				continue
 			}
-			key := v.RuleID + "\x00" + v.StepID
-			if s.Reported[key] {
-				continue
+			if v, fired, _ := t.eval.Rule(r, i); fired {
+				t.reported[key] = true
+				out = append(out, v)
 			}
-			s.Reported[key] = true
-			out = append(out, v)
 		}
 	}
 	return out

@@ -1,20 +1,31 @@
 // Package streamer is the service that audits traces while they arrive step
-// by step (troy.ingest.step.<trace_id>), reports each violation the moment
-// it is certain (pkg/stream), and when a trace ends (troy.ingest.end.<id>,
-// or an idle timeout) sends it whole down the pipeline for its report.
+// by step on troy.ingest.<start|step|end>.<partition>.<trace_id>: it reports
+// each violation the moment it is certain (pkg/stream), and when a trace
+// ends (its end message, or an idle timeout) sends it whole down the
+// pipeline for its report.
+//
+// Traces are partitioned: each partition's consumer delivers one message
+// at a time, in order, to the one streamer process pinned to it. That
+// process keeps the partition's open traces in memory, so a step costs the
+// same however long its trace. The durable state is the step log itself
+// (TROY_STEPS, kept until the trace ends): a process that takes over a
+// partition rebuilds a trace from it, replaying what its predecessor
+// already acknowledged without publishing it again.
 package streamer
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -25,40 +36,40 @@ import (
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
-// Consumer is the durable consumer this service reads.
+// Consumer is the partitioned durable consumer this service reads.
 const Consumer = pipelines.ConsumerStreamer
 
-// Bucket keeps open traces.
+// Bucket records streamed traces that were started with metadata, and
+// those that ended (so a late step is refused).
 const Bucket = pipelines.BucketStreams
 
 // Produces lists the stages this service publishes to.
 var Produces = []string{bus.StageViolations, bus.StageIngest}
 
-// Consumes lists the subjects this service reads (its consumer's filters).
-var Consumes = []string{bus.StepPrefix + ">", bus.EndPrefix + ">"}
+// Consumes lists the subjects this service reads: every kind of message of
+// the traces of partition {p}, on the consumer of that partition.
+var Consumes = []string{"troy.ingest.*.{p}.>"}
 
 // Config tunes the service.
 type Config struct {
-	Workers       int
-	IdleTimeout   time.Duration // a trace with no step for this long ends
+	IdleTimeout   time.Duration // a trace with no message for this long ends
 	Limits        stream.Limits
 	StepLimits    trace.Limits
-	DefaultPolicy string        // id or hash, when neither the step nor the trace names one
-	EndGrace      time.Duration // how long after an end steps still in flight are taken
+	DefaultPolicy string // id or hash, when the trace's first message names none
 	Version       string
 	Now           func() time.Time
+	Registerer    prometheus.Registerer // streamer metrics; nil: none
 }
 
 // DefaultConfig is used where a field is left zero.
 func DefaultConfig() Config {
-	return Config{Workers: 8, IdleTimeout: 5 * time.Minute, EndGrace: 500 * time.Millisecond,
-		Limits: stream.DefaultLimits(), StepLimits: trace.DefaultLimits(), Now: time.Now}
+	return Config{IdleTimeout: 5 * time.Minute, Limits: stream.DefaultLimits(), StepLimits: trace.DefaultLimits(), Now: time.Now}
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.Workers < 1 || c.IdleTimeout <= 0 || c.Now == nil {
-		return errors.New("streamer: workers, idle timeout and clock are required")
+	if c.IdleTimeout <= 0 || c.Now == nil {
+		return errors.New("streamer: idle timeout and clock are required")
 	}
 	return nil
 }
@@ -68,7 +79,30 @@ type Service struct {
 	deps     bus.Deps
 	cfg      Config
 	kv       jetstream.KeyValue
+	log      jetstream.Stream // TROY_STEPS
 	policies *policystore.Store
+	parts    []*partition
+	metrics  metrics
+}
+
+// partition is the open traces of one partition this process reads.
+type partition struct {
+	mu     sync.Mutex
+	traces map[string]*open
+	// lastDelivery is the consumer sequence of the last message this
+	// process took from the partition: a gap means another process held
+	// the partition meanwhile, and what is in memory is stale.
+	lastDelivery uint64
+}
+
+type open struct {
+	*stream.Trace
+	lastSeq    uint64 // stream sequence of its last message applied
+	endAsked   bool   // the idle sweep has sent its end
+	policy     *policy.Engine
+	startedAt  time.Time
+	closedWhy  string // set when it closed over its limits
+	overLimits bool
 }
 
 // New builds the service.
@@ -80,176 +114,339 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streamer: bucket %s: %w (was the topology provisioned?)", Bucket, err)
 	}
+	log, err := deps.JS.Stream(ctx, pipelines.StreamSteps)
+	if err != nil {
+		return nil, fmt.Errorf("streamer: stream %s: %w (was the topology provisioned?)", pipelines.StreamSteps, err)
+	}
+	c, ok := deps.Topology.Consumer(Consumer)
+	if !ok || c.Partitions < 1 {
+		return nil, fmt.Errorf("streamer: pipelines/topology.yaml has no partitioned consumer %q", Consumer)
+	}
 	store, err := policystore.Open(ctx, deps.JS)
 	if err != nil {
 		return nil, err
 	}
 	store.SetDefault(cfg.DefaultPolicy)
-	return &Service{deps: deps, cfg: cfg, kv: kv, policies: store}, nil
+	s := &Service{deps: deps, cfg: cfg, kv: kv, log: log, policies: store, metrics: newMetrics(cfg.Registerer)}
+	for range c.Partitions {
+		s.parts = append(s.parts, &partition{traces: map[string]*open{}})
+	}
+	return s, nil
 }
 
-// Run consumes steps and ends, and closes idle traces, until ctx ends.
+// Run reads every partition it is pinned to, and ends idle traces, until
+// ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.policies.Watch(ctx); err != nil {
 		return err
 	}
 	go s.sweep(ctx)
-	return bus.RunStage(ctx, s.deps, Consumer, s.cfg.Workers, s.handle)
+	return bus.RunRouterStage(ctx, s.deps, Consumer, 1, s.Handle, bus.WithPublisher(s.purgeAfter))
 }
 
 // Key of a streamed trace: its findings' uids and its final report's
 // message ids derive from it, as for any trace in the live run.
 func Key(traceID string) string { return bus.Key(bus.LiveRun, traceID, traceID) }
 
-func kvKey(traceID string) string { return base64.RawURLEncoding.EncodeToString([]byte(traceID)) }
+// metaPurge, on the message that ends a trace, names the log to purge once
+// everything the end produced is stored.
+const metaPurge = "_purge_log"
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) error {
-	subj := m.Subject()
-	id, isStep := strings.CutPrefix(subj, bus.StepPrefix)
-	isEnd := false
-	if !isStep {
-		id, isEnd = strings.CutPrefix(subj, bus.EndPrefix)
-	}
+// Handle is the stage: one start, steps or end message of a trace in; the
+// findings that became certain (and, at the end, the whole trace for its
+// report) out. It runs one message at a time per partition.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	ctx := m.Context()
+	subject := m.Metadata.Get(bus.MetaSubject)
+	kind, p, id, ok := bus.ParseStreamSubject(subject)
 	switch {
-	case !isStep && !isEnd:
-		return bus.Permanentf("streamer does not read %s", subj)
+	case !ok:
+		return nil, bus.Permanentf("subject %q is not troy.ingest.<start|step|end>.<partition>.<trace_id>", subject)
+	case p >= len(s.parts):
+		return nil, bus.Permanentf("subject %q: partition %d is not one of the %d in pipelines/topology.yaml", subject, p, len(s.parts))
 	case !bus.ValidTraceToken(id):
-		return bus.Permanentf("subject %q: a trace id must be UTF-8 text of at most %d bytes, without '/', '\\', spaces, wildcards or control characters", subj, trace.MaxIDBytes)
-	case isStep:
-		return s.steps(ctx, id, m)
+		return nil, bus.Permanentf("subject %q: a trace id must be UTF-8 text of at most %d bytes, without '/', '\\', spaces, wildcards or control characters", subject, trace.MaxIDBytes)
+	case bus.Partition(id, len(s.parts)) != p:
+		return nil, bus.Permanentf("subject %q: trace %s belongs to partition %d (publish with bus.StreamSubject)", subject, id, bus.Partition(id, len(s.parts)))
 	}
-	return s.requestEnd(ctx, id)
+	seq, _ := strconv.ParseUint(m.Metadata.Get(bus.MetaSequence), 10, 64)
+	delivery, _ := strconv.ParseUint(m.Metadata.Get(bus.MetaConsumerSeq), 10, 64)
+	part := s.parts[p]
+	part.mu.Lock()
+	defer part.mu.Unlock()
+	if part.lastDelivery != 0 && delivery != part.lastDelivery+1 {
+		// Another process took this partition's messages in between: what
+		// is in memory may be stale. Each trace is rebuilt when next seen.
+		clear(part.traces)
+		s.metrics.takeovers.Inc()
+	}
+	part.lastDelivery = delivery
+	tr := part.traces[id]
+	if tr != nil && tr.lastSeq >= seq {
+		tr = nil // a redelivery of a message already applied: start again from the log
+	}
+	if tr == nil {
+		var err error
+		if tr, err = s.load(ctx, id, kind, seq); err != nil {
+			return nil, err
+		}
+		if tr != nil {
+			part.traces[id] = tr
+		}
+	}
+	out, closed, err := s.apply(ctx, tr, id, kind, m.Payload, m.Metadata, seq, true)
+	if err != nil {
+		if tr != nil && tr.lastSeq < seq {
+			delete(part.traces, id) // half applied: rebuild on redelivery
+		}
+		return nil, err
+	}
+	if closed {
+		delete(part.traces, id)
+	} else if tr == nil && out.tr != nil {
+		part.traces[id] = out.tr
+	}
+	return out.msgs, nil
 }
 
-func (s *Service) steps(ctx context.Context, traceID string, m jetstream.Msg) error {
-	steps, err := trace.ParseSteps(m.Data(), s.cfg.StepLimits)
-	if err != nil {
-		return bus.Permanent(fmt.Errorf("trace %s: %w", traceID, err))
+type applied struct {
+	msgs []*message.Message
+	tr   *open // a trace this message opened
+}
+
+// apply applies one message to a trace (nil: not open yet). live is false
+// while a trace is rebuilt from its log: what those messages produced was
+// published before, so only the state is kept.
+func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []byte, meta message.Metadata, seq uint64, live bool) (applied, bool, error) {
+	var res applied
+	now := s.cfg.Now()
+	if tr != nil && tr.overLimits && kind != bus.StreamEnd {
+		return res, false, bus.Permanentf("trace %s was closed over its streaming limits (%s): start a new trace id", id, tr.closedWhy)
 	}
-	h := m.Headers()
-	return s.update(ctx, traceID, func(st *stream.State) (bool, error) {
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
+	switch kind {
+	case bus.StreamStart:
+		var st stream.Start
+		if err := json.Unmarshal(body, &st); err != nil {
+			return res, false, bus.Permanentf("trace %s: start body must be {\"agent_name\": …, \"metadata\": {…}}: %v", id, err)
 		}
-		from, err := st.Add(steps, seq, len(m.Data()), s.cfg.Limits, s.cfg.Now())
+		if tr != nil {
+			return res, false, bus.Permanentf("trace %s was already started: a start must be its first message", id)
+		}
+		e, err := s.engine(ctx, id, meta.Get(bus.HeaderPolicy))
+		if err != nil {
+			return res, false, err
+		}
+		res.tr = &open{Trace: stream.New(id, st.AgentName, st.Metadata, true, e.Hash(), now), policy: e, startedAt: now, lastSeq: seq}
+		return res, false, nil
+
+	case bus.StreamStep:
+		steps, err := trace.ParseSteps(body, s.cfg.StepLimits)
+		if err != nil {
+			return res, false, bus.Permanent(fmt.Errorf("trace %s: %w", id, err))
+		}
+		if tr == nil {
+			e, err := s.engine(ctx, id, meta.Get(bus.HeaderPolicy))
+			if err != nil {
+				return res, false, err
+			}
+			tr = &open{Trace: stream.New(id, meta.Get(bus.HeaderAgent), nil, false, e.Hash(), now), policy: e, startedAt: now}
+			res.tr = tr
+		}
+		tr.lastSeq = seq
+		from, err := tr.Add(steps, seq, len(body), s.cfg.Limits, now)
 		if errors.Is(err, stream.ErrLimit) {
-			s.deps.Log.Warn().Str("trace_id", traceID).Err(err).Msg("streamed trace closed")
-			st.Closing = true
-			return true, s.finish(ctx, st, err.Error())
-		}
-		if err != nil {
-			return false, err
-		}
-		e, err := s.policies.ByHash(ctx, st.PolicyHash)
-		if err != nil {
-			return false, bus.Permanent(err)
-		}
-		return true, s.publish(ctx, st, e, st.Decide(e, from))
-	}, func() (*stream.State, error) {
-		e, err := s.policies.Engine(ctx, h.Get(bus.HeaderPolicy))
-		if err != nil {
-			return nil, bus.Permanent(fmt.Errorf("trace %s: %w", traceID, err))
-		}
-		return stream.New(traceID, h.Get(bus.HeaderAgent), nil, e.Hash(), s.cfg.Now()), nil
-	})
-}
-
-// update applies fn to the trace's stored state under a revision check, so
-// two workers (or processes) never overwrite each other's steps. An unknown
-// trace is made by create, or left alone when create is nil; a closing
-// state is purged instead of stored.
-func (s *Service) update(ctx context.Context, traceID string, fn func(*stream.State) (bool, error), create func() (*stream.State, error)) error {
-	return bus.UpdateKV(ctx, s.kv, kvKey(traceID), func(cur []byte) ([]byte, bus.KVChange, error) {
-		var st *stream.State
-		switch {
-		case cur == nil && create == nil:
-			return nil, bus.KVKeep, nil
-		case cur == nil:
-			var err error
-			if st, err = create(); err != nil {
-				return nil, bus.KVKeep, err
+			// Over its limits: closed now, with what it has, and the reason
+			// in its metadata; later messages are refused with it.
+			tr.overLimits, tr.closedWhy = true, err.Error()
+			if live {
+				s.deps.Log.Warn().Str("trace_id", id).Err(err).Msg("streamed trace closed")
 			}
-		default:
-			st = &stream.State{}
-			if err := json.Unmarshal(cur, st); err != nil {
-				return nil, bus.KVKeep, bus.Permanent(fmt.Errorf("stored state of %s: %w", traceID, err))
+			msgs, err := s.finish(ctx, tr, seq, stream.Start{}, err.Error(), live)
+			res.msgs = msgs
+			return res, false, err
+		}
+		if err != nil {
+			return res, false, bus.Permanent(err)
+		}
+		vs := tr.Decide(tr.policy, from)
+		if live {
+			s.metrics.steps.Add(float64(len(steps)))
+			if tr.Reordered > 0 && from < len(tr.Steps)-len(steps) {
+				s.metrics.reordered.Inc()
+			}
+			if res.msgs, err = s.findings(tr, vs); err != nil {
+				return res, false, err
 			}
 		}
-		if st.Closing {
-			return nil, bus.KVKeep, bus.Permanentf("trace %s has ended: start a new trace id", traceID)
+		return res, false, nil
+
+	case bus.StreamEnd:
+		var st stream.Start
+		if len(body) > 0 {
+			if err := json.Unmarshal(body, &st); err != nil {
+				return res, false, bus.Permanentf("trace %s: end body must be empty or {\"agent_name\": …, \"metadata\": {…}}: %v", id, err)
+			}
 		}
-		changed, err := fn(st)
-		switch {
-		case err != nil || !changed:
-			return nil, bus.KVKeep, err
-		case st.Closing:
-			return nil, bus.KVPurge, nil
+		if tr == nil || len(tr.Steps) == 0 {
+			// Nothing was streamed: nothing to end (an idle sweep's end for a
+			// trace closed meanwhile, or an end without steps).
+			return res, true, nil
 		}
-		data, err := json.Marshal(st)
-		if err != nil {
-			return nil, bus.KVKeep, bus.Permanent(err)
+		if tr.overLimits {
+			return res, true, nil // already finished when it closed
 		}
-		return data, bus.KVWrite, nil
-	})
+		why := st.Reason
+		if why == "" {
+			why = "ended by its sender"
+		}
+		msgs, err := s.finish(ctx, tr, seq, st, why, live)
+		res.msgs = msgs
+		return res, err == nil, err
+	}
+	return res, false, bus.Permanentf("trace %s: unknown message kind %q", id, kind)
 }
 
-// requestEnd marks a trace as complete and closes it after a short grace:
-// steps sent just before the end may be handled by another worker, or
-// another process, a moment later.
-func (s *Service) requestEnd(ctx context.Context, traceID string) error {
-	err := s.update(ctx, traceID, func(st *stream.State) (bool, error) {
-		if !st.EndAt.IsZero() {
-			return false, nil
-		}
-		st.EndAt, st.EndWhy = s.cfg.Now(), "ended by its sender"
-		return true, nil
-	}, nil)
+// finish ends a trace: the rules decided at the end run, their findings go
+// out, the trace is recorded as ended, and the whole trace goes down the
+// pipeline for its report. Its log is purged once all of that is stored.
+func (s *Service) finish(ctx context.Context, tr *open, seq uint64, end stream.Start, why string, live bool) ([]*message.Message, error) {
+	vs := tr.Finish(tr.policy, end.AgentName, end.Metadata)
+	if !live {
+		return nil, nil
+	}
+	msgs, err := s.findings(tr, vs)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	bg := context.WithoutCancel(ctx)
-	time.AfterFunc(s.cfg.EndGrace, func() {
-		if err := s.end(bg, traceID, "ended by its sender"); err != nil {
-			s.deps.Log.Warn().Err(err).Str("trace_id", traceID).Msg("streamer: could not end a trace; the sweep will")
-		}
-	})
-	return nil
-}
-
-// end closes a trace: the rules decided at the end run, their findings go
-// out, and the whole trace goes down the pipeline for its report.
-func (s *Service) end(ctx context.Context, traceID, why string) error {
-	return s.update(ctx, traceID, func(st *stream.State) (bool, error) {
-		if len(st.Steps) == 0 {
-			return false, nil // nothing was streamed: nothing to end
-		}
-		st.Closing = true
-		return true, s.finish(ctx, st, why)
-	}, nil)
-}
-
-func (s *Service) finish(ctx context.Context, st *stream.State, why string) error {
-	e, err := s.policies.ByHash(ctx, st.PolicyHash)
-	if err != nil {
-		return bus.Permanent(err)
+	stone, _ := json.Marshal(stream.Tombstone{EndSeq: seq, Why: why, At: s.cfg.Now().UTC()})
+	if _, err := s.kv.Put(ctx, stream.EndedKey(tr.ID), stone); err != nil {
+		return nil, fmt.Errorf("streamer: record the end of %s: %w", tr.ID, err)
 	}
-	if err := s.publish(ctx, st, e, st.Finish(e)); err != nil {
-		return err
-	}
-	doc := map[string]any{"trace_id": st.TraceID, "agent_name": st.Agent, "steps": st.Steps,
-		"metadata": withReason(st.Metadata, why)}
+	doc := map[string]any{"trace_id": tr.ID, "agent_name": tr.Agent, "steps": tr.Steps,
+		"metadata": withReason(tr.Metadata, why)}
 	body, err := json.Marshal(doc)
 	if err != nil {
-		return bus.Permanent(err)
+		return nil, bus.Permanent(err)
 	}
-	h := nats.Header{}
-	h.Set(bus.HeaderSource, st.TraceID)
-	h.Set(bus.HeaderKey, Key(st.TraceID))
-	h.Set(bus.HeaderPolicy, st.PolicyHash)
-	h.Set(bus.HeaderStreamed, "1")
-	return bus.Publish(ctx, s.deps.JS, bus.Out{Subject: bus.Subject(bus.StageIngest, bus.LiveRun), Data: body, Header: h,
-		MsgID: bus.MsgID(bus.StageIngest, Key(st.TraceID), st.PolicyHash)})
+	meta := message.Metadata{}
+	meta.Set(bus.HeaderRun, bus.LiveRun)
+	meta.Set(bus.HeaderSource, tr.ID)
+	meta.Set(bus.HeaderKey, Key(tr.ID))
+	meta.Set(bus.HeaderPolicy, tr.PolicyHash)
+	meta.Set(bus.HeaderStreamed, "1")
+	whole := bus.OutputWith(bus.StageIngest, meta, tr.PolicyHash, body)
+	whole.Metadata.Set(metaPurge, logFilter(len(s.parts), tr.ID)+"|"+strconv.FormatUint(seq, 10))
+	s.metrics.ended.Inc()
+	return append(msgs, whole), nil
+}
+
+func (s *Service) findings(tr *open, vs []policy.Violation) ([]*message.Message, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	s.metrics.findings.Add(float64(len(vs)))
+	c := ocsf.Context{Trace: tr.Trace.Trace(), PolicyID: tr.policy.Policy().PolicyID, PolicyHash: tr.PolicyHash, Run: bus.LiveRun,
+		Product: s.cfg.Version, Now: s.cfg.Now()}
+	return ocsf.Messages(Key(tr.ID), vs, c)
+}
+
+func (s *Service) engine(ctx context.Context, id, ref string) (*policy.Engine, error) {
+	e, err := s.policies.Engine(ctx, ref)
+	if err != nil {
+		return nil, bus.Permanent(fmt.Errorf("trace %s: %w", id, err))
+	}
+	return e, nil
+}
+
+// logFilter matches every message of a trace in the log.
+func logFilter(partitions int, id string) string {
+	return "troy.ingest.*." + strconv.Itoa(bus.Partition(id, partitions)) + "." + id
+}
+
+// load finds a trace this process does not hold: new (its first message is
+// this one), ended (this message came after its end), or held by another
+// process before (rebuilt from its log, up to this message).
+func (s *Service) load(ctx context.Context, id, kind string, seq uint64) (*open, error) {
+	if entry, err := s.kv.Get(ctx, stream.EndedKey(id)); err == nil {
+		var stone stream.Tombstone
+		if json.Unmarshal(entry.Value(), &stone) == nil && stone.EndSeq < seq {
+			if kind == bus.StreamEnd {
+				return nil, nil // a second end (e.g. the idle sweep's) after the first: nothing to do
+			}
+			return nil, bus.Permanentf("trace %s ended (%s, at %s): send its steps under a new trace id", id, stone.Why, stone.At.Format(time.RFC3339))
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("streamer: read the state of %s: %w", id, err)
+	}
+	filter := logFilter(len(s.parts), id)
+	first, err := s.log.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("streamer: read the log of %s: %w", id, err)
+	}
+	if first == nil || first.Sequence >= seq {
+		return nil, nil // a new trace
+	}
+	return s.rebuild(ctx, id, filter, seq)
+}
+
+// rebuild replays a trace's earlier messages (those before seq) into a
+// fresh state, publishing nothing: they were handled and acknowledged.
+func (s *Service) rebuild(ctx context.Context, id, filter string, seq uint64) (*open, error) {
+	started := time.Now()
+	cons, err := s.deps.JS.OrderedConsumer(ctx, pipelines.StreamSteps, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
+	}
+	var tr *open
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
+		}
+		n := 0
+		for jm := range batch.Messages() {
+			n++
+			md, err := jm.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
+			}
+			if md.Sequence.Stream >= seq {
+				s.metrics.rebuilds.Inc()
+				s.deps.Log.Info().Str("trace_id", id).Int("steps", stepsOf(tr)).Dur("took", time.Since(started)).Msg("streamer: trace rebuilt from its log")
+				return tr, nil
+			}
+			kind, _, _, _ := bus.ParseStreamSubject(jm.Subject())
+			mmeta := message.Metadata{}
+			for k, v := range jm.Headers() {
+				if len(v) > 0 {
+					mmeta.Set(k, v[0])
+				}
+			}
+			res, closed, err := s.apply(ctx, tr, id, kind, jm.Data(), mmeta, md.Sequence.Stream, false)
+			if err != nil {
+				continue // it failed when it came, and was dead-lettered then
+			}
+			if res.tr != nil {
+				tr = res.tr
+			}
+			if closed {
+				tr = nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
+		}
+		if n == 0 { // the log ends before seq (purged meanwhile): what was read stands
+			return tr, nil
+		}
+	}
+}
+
+func stepsOf(tr *open) int {
+	if tr == nil {
+		return 0
+	}
+	return len(tr.Steps)
 }
 
 func withReason(meta map[string]any, why string) map[string]any {
@@ -261,22 +458,45 @@ func withReason(meta map[string]any, why string) map[string]any {
 	return out
 }
 
-// publish sends findings before the state that records them is written, so
-// none is lost if the write fails; a retry after a lost revision race may
-// send one again, and its uid as Nats-Msg-Id lets JetStream drop the copy.
-func (s *Service) publish(ctx context.Context, st *stream.State, e *policy.Engine, vs []policy.Violation) error {
-	if len(vs) == 0 {
-		return nil
-	}
-	c := ocsf.Context{Trace: st.Trace(), PolicyID: e.Policy().PolicyID, PolicyHash: st.PolicyHash, Run: bus.LiveRun,
-		Product: s.cfg.Version, Now: s.cfg.Now()}
-	return ocsf.Publish(ctx, s.deps.JS, Key(st.TraceID), vs, c)
+// purgeAfter wraps the publisher: once a trace's end outputs are stored,
+// its log is purged up to and including the end.
+func (s *Service) purgeAfter(pub message.Publisher) message.Publisher {
+	return purgingPublisher{Publisher: pub, log: s.log}
 }
 
-// sweep ends traces idle for longer than the idle timeout, and ended ones
-// whose closing was lost (the process that took the end stopped).
+type purgingPublisher struct {
+	message.Publisher
+	log jetstream.Stream
+}
+
+func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		spec := m.Metadata.Get(metaPurge)
+		if spec == "" {
+			continue
+		}
+		i := len(spec) - 1
+		for i >= 0 && spec[i] != '|' {
+			i--
+		}
+		seq, err := strconv.ParseUint(spec[i+1:], 10, 64)
+		if i < 0 || err != nil {
+			continue
+		}
+		// Best effort: what is not purged now expires with the log's max age.
+		_ = p.log.Purge(m.Context(), jetstream.WithPurgeSubject(spec[:i]), jetstream.WithPurgeSequence(seq+1))
+	}
+	return nil
+}
+
+// sweep ends the traces this process holds that have been idle for longer
+// than the idle timeout, by sending their end through their partition, in
+// order after anything still on its way.
 func (s *Service) sweep(ctx context.Context) {
-	every := min(max(s.cfg.IdleTimeout/4, 100*time.Millisecond), 30*time.Second)
+	every := min(max(s.cfg.IdleTimeout/4, 50*time.Millisecond), 30*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -285,31 +505,49 @@ func (s *Service) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		lister, err := s.kv.ListKeys(ctx)
-		if err != nil {
-			continue
+		now := s.cfg.Now()
+		var idle []string
+		for _, part := range s.parts {
+			part.mu.Lock()
+			for id, tr := range part.traces {
+				if !tr.endAsked && now.Sub(tr.LastSeen) >= s.cfg.IdleTimeout {
+					tr.endAsked = true
+					idle = append(idle, id)
+				}
+			}
+			part.mu.Unlock()
 		}
-		for key := range lister.Keys() {
-			entry, err := s.kv.Get(ctx, key)
-			if err != nil {
-				continue
-			}
-			var st stream.State
-			if json.Unmarshal(entry.Value(), &st) != nil {
-				continue
-			}
-			why := ""
-			switch now := s.cfg.Now(); {
-			case !st.EndAt.IsZero() && now.Sub(st.EndAt) >= s.cfg.EndGrace:
-				why = st.EndWhy
-			case now.Sub(st.LastSeen) >= s.cfg.IdleTimeout:
-				why = fmt.Sprintf("idle for %s", s.cfg.IdleTimeout)
-			default:
-				continue
-			}
-			if err := s.end(ctx, st.TraceID, why); err != nil {
-				s.deps.Log.Warn().Err(err).Str("trace_id", st.TraceID).Msg("streamer: could not end an idle trace")
+		for _, id := range idle {
+			body, _ := json.Marshal(stream.Start{Reason: fmt.Sprintf("idle for %s", s.cfg.IdleTimeout)})
+			m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, id, len(s.parts)))
+			m.Data = body
+			if _, err := s.deps.JS.PublishMsg(ctx, m); err != nil {
+				s.deps.Log.Warn().Err(err).Str("trace_id", id).Msg("streamer: could not end an idle trace; trying again")
+				s.unask(id)
 			}
 		}
 	}
 }
+
+func (s *Service) unask(id string) {
+	part := s.parts[bus.Partition(id, len(s.parts))]
+	part.mu.Lock()
+	defer part.mu.Unlock()
+	if tr := part.traces[id]; tr != nil {
+		tr.endAsked = false
+	}
+}
+
+// Open returns how many traces this process holds open, and their steps.
+func (s *Service) Open() (traces, steps int) {
+	for _, part := range s.parts {
+		part.mu.Lock()
+		for _, tr := range part.traces {
+			traces++
+			steps += len(tr.Steps)
+		}
+		part.mu.Unlock()
+	}
+	return traces, steps
+}
+
