@@ -39,6 +39,9 @@ type Stream struct {
 	Retention       string   `json:"retention"` // limits | interest | workqueue
 	MaxAge          Duration `json:"max_age"`
 	DuplicateWindow Duration `json:"duplicate_window"`
+	// AllowDirect lets clients read single messages without a stream API
+	// round trip through the meta layer (the streamer's log lookups).
+	AllowDirect bool `json:"allow_direct,omitempty"`
 }
 
 // Consumer is one durable pull consumer, named for the service that reads it.

@@ -8,9 +8,13 @@
 #   3. troy audit-batch on 1,000 and 10,000 traces x 20 steps (embedded NATS,
 #      offline explainer): traces/s and peak RSS, with the output folder on
 #      disk and on tmpfs (file creation is slow on some virtual disks).
-#   4. the transport: our watermill Publisher/Subscriber over raw jetstream
+#   4. streaming audit (tools/cmd/streambench): step -> finding p50/p99,
+#      serve CPU per 10k steps and RSS for 500x20, 50x200 and 10x1000
+#      traces, findings checked against a batch audit, and one 10,000-step
+#      trace streamed whole;
+#   5. the transport: our watermill Publisher/Subscriber over raw jetstream
 #      against watermill-nats (tools/cmd/transportbench);
-#   5. the goals of the pipeline issue, each as a ratio: audit-batch on 10k
+#   6. the goals of the pipeline issue, each as a ratio: audit-batch on 10k
 #      traces against 2,000 traces/s and against half the Python reference's
 #      bare rate (json.load + evaluate, same traces, same run); the evaluator
 #      against 20x Python's evaluate(); the in-process guard against p50 5 µs
@@ -78,10 +82,8 @@ go test -run '^$' -bench 'BenchmarkLLMExplainer' -benchtime 1x ./pkg/explain/ |
        printf "  wall %s s (ideal %s s incl. 50 summaries), overhead %s ms per call, at most %s calls in flight\n", w, id, o, m }'
 
 echo
-echo "== streaming: 1,000 steps/s offered to the streamer, publish -> finding on troy.violations.>"
-go test -run '^$' -bench 'BenchmarkStreamingLatency' -benchtime 3000x ./services/ |
-  awk '/^BenchmarkStreaming/ { for (i=1;i<=NF;i++) { if ($(i)=="p50-ms") p50=$(i-1); if ($(i)=="p99-ms") p99=$(i-1) }
-       printf "  p50 %s ms   p99 %s ms\n", p50, p99 }'
+echo "== streaming audit: troy serve, steps over HTTP at 1,000 steps/s for 30 s per shape, findings over NATS"
+go run ./tools/cmd/streambench -troy "$BIN" -seconds "${BENCH_STREAM_SECONDS:-30}" | tail -n +2
 
 echo
 echo "== transport: 20,000 x 4 KiB messages, publish and one pass-through stage on the router"

@@ -25,6 +25,7 @@ import (
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/stream/streamtest"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/streamer"
 )
@@ -198,4 +199,131 @@ func TestOTLPExportIsStreamed(t *testing.T) {
 	assert.Equal(t, tid.String(), rep.Audit.Trace.TraceID)
 	assert.Equal(t, "otel-bot", rep.Audit.Trace.AgentName)
 	assert.Len(t, rep.Audit.Trace.Steps, 2)
+}
+
+// TestOutOfOrderStepsAreResequenced sends a trace's steps in the wrong
+// order (their timestamps say otherwise): the trace is reported in
+// timestamp order, and the findings are the batch audit's of that order,
+// including a rule on earlier steps (external-after-pii) that only became
+// true once an earlier-stamped step arrived late.
+func TestOutOfOrderStepsAreResequenced(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	p, err := policy.Parse([]byte(streamingPolicy + `
+  - rule_id: external-after-pii
+    condition: get(step, 'metadata.network_zone') == 'external' and any_prev({ get(#, 'metadata.data_classification') == 'pii' })
+    severity: high
+`))
+	require.NoError(t, err)
+	store, err := policystore.Open(context.Background(), srv.JS)
+	require.NoError(t, err)
+	_, err = store.Push(context.Background(), p)
+	require.NoError(t, err)
+	engine, err := policy.Compile(p)
+	require.NoError(t, err)
+	rs := all(t, deps)
+	cfg := streamer.DefaultConfig()
+	cfg.DefaultPolicy = "streaming"
+	st, err := streamer.New(context.Background(), deps, cfg)
+	require.NoError(t, err)
+	rs[len(rs)-1] = st
+	start(t, rs...)
+	reports := subscribe(t, srv.NC, "troy.report.live")
+
+	ordered, err := parseTrace([]byte(`{"trace_id": "ooo", "agent_name": "booking-bot", "steps": [
+	  {"step_id": "1", "type": "tool_call", "name": "crm", "timestamp": "2026-11-30T10:00:01Z", "metadata": {"data_classification": "pii"}},
+	  {"step_id": "2", "type": "tool_call", "name": "post", "timestamp": "2026-11-30T10:00:02Z", "metadata": {"network_zone": "external"}},
+	  {"step_id": "3", "type": "tool_call", "name": "book", "timestamp": "2026-11-30T10:00:03Z"},
+	  {"step_id": "4", "type": "tool_call", "name": "bash", "timestamp": "2026-11-30T10:00:04Z"}]}`))
+	require.NoError(t, err)
+	for _, i := range []int{3, 1, 2, 0} { // bash, post, book, then the PII read that came first
+		b, err := json.Marshal(ordered.Steps[i])
+		require.NoError(t, err)
+		sendStep(t, srv, "ooo", string(b))
+	}
+	_, err = srv.JS.Publish(context.Background(), streamSubject(bus.StreamEnd, "ooo"), nil)
+	require.NoError(t, err)
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	var order []string
+	for _, s := range rep.Audit.Trace.Steps {
+		order = append(order, s.StepID)
+	}
+	assert.Equal(t, []string{"1", "2", "3", "4"}, order, "reported in timestamp order")
+	time.Sleep(200 * time.Millisecond)
+	streamtest.AssertSame(t, streamtest.Batch(engine, ordered), streamtest.Findings(t, srv.JS))
+}
+
+// TestStreamingEndpointsRefuseUpFront: what the streamer could not take is
+// refused by the HTTP API at once (never a 202 and then a dead letter only
+// the log mentions): an unknown policy, no policy at all, steps or an end
+// after the trace ended, a start after steps, metadata at the end of a
+// trace started with it.
+func TestStreamingEndpointsRefuseUpFront(t *testing.T) {
+	srv, _ := startStreaming(t, time.Minute)
+	ctx := context.Background()
+	store, err := policystore.Open(ctx, srv.JS)
+	require.NoError(t, err)
+	kv, err := srv.JS.KeyValue(ctx, pipelines.BucketStreams)
+	require.NoError(t, err)
+	log, err := srv.JS.Stream(ctx, pipelines.StreamSteps)
+	require.NoError(t, err)
+	api := httpapi.Streaming{Pub: srv.JS, Policies: store, State: kv, Log: log, Partitions: 8, Limits: trace.DefaultLimits(), Policy: "streaming"}
+	noDefault := api
+	noDefault.Policy = ""
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/traces/{trace_id}/start", api.Start())
+	mux.Handle("POST /v1/traces/{trace_id}/steps", api.Steps())
+	mux.Handle("POST /v1/traces/{trace_id}/end", api.End())
+	mux.Handle("POST /nodefault/{trace_id}/steps", noDefault.Steps())
+	mux.Handle("POST /v1/traces", httpapi.Traces(srv.JS, httpapi.TracesConfig{Limits: trace.DefaultLimits(), Policy: "streaming", Policies: store, Partitions: 8}))
+	web := httptest.NewServer(mux)
+	defer web.Close()
+	reports := subscribe(t, srv.NC, "troy.report.live")
+	post := func(path, body string) (int, string) {
+		resp, err := http.Post(web.URL+path, "application/json", bytes.NewBufferString(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var pr httpapi.Problem
+		_ = json.NewDecoder(resp.Body).Decode(&pr)
+		return resp.StatusCode, pr.Error
+	}
+	step := `{"step_id": "1", "type": "tool_call", "name": "bash"}`
+
+	code, msg := post("/v1/traces/t1/steps?policy=no-such-policy", step)
+	assert.Equal(t, http.StatusUnprocessableEntity, code)
+	assert.Contains(t, msg, `policy "no-such-policy"`)
+	code, _ = post("/v1/traces?policy=no-such-policy", `{"trace_id": "x", "steps": [`+step+`]}`)
+	assert.Equal(t, http.StatusUnprocessableEntity, code)
+	code, msg = post("/nodefault/t1/steps", step)
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, msg, "no policy")
+
+	code, _ = post("/v1/traces/t2/start", `{"agent_name": "bot", "metadata": {"permission_level": "user"}}`)
+	assert.Equal(t, http.StatusAccepted, code)
+	code, msg = post("/v1/traces/t2/start", `{"agent_name": "bot"}`)
+	assert.Equal(t, http.StatusConflict, code, msg)
+	code, _ = post("/v1/traces/t2/steps", step)
+	assert.Equal(t, http.StatusAccepted, code)
+	code, msg = post("/v1/traces/t2/end", `{"metadata": {"permission_level": "admin"}}`)
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Contains(t, msg, "started with its agent and metadata")
+	code, _ = post("/v1/traces/t2/end", "")
+	assert.Equal(t, http.StatusAccepted, code)
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	assert.Equal(t, "user", rep.Audit.Trace.Metadata["permission_level"], "the start's metadata stands")
+	require.Eventually(t, func() bool {
+		code, _ := post("/v1/traces/t2/steps", `{"step_id": "2", "type": "llm_call"}`)
+		return code == http.StatusConflict
+	}, 5*time.Second, 20*time.Millisecond, "a step after the end is refused")
+	code, msg = post("/v1/traces/t2/end", "")
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Contains(t, msg, "has ended")
+
+	code, _ = post("/v1/traces/t3/steps", step)
+	assert.Equal(t, http.StatusAccepted, code)
+	require.Eventually(t, func() bool {
+		code, _ := post("/v1/traces/t3/start", `{"agent_name": "bot"}`)
+		return code == http.StatusConflict
+	}, 5*time.Second, 20*time.Millisecond, "a start after steps is refused")
 }

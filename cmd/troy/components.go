@@ -112,6 +112,7 @@ var components = []component{
 		c := streamer.DefaultConfig()
 		c.Version = version
 		c.Registerer = b.reg
+		c.Member = b.cfg.streamMember
 		if b.cfg.streamIdle > 0 {
 			c.IdleTimeout = b.cfg.streamIdle
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/splunk"
+	"github.com/troy-audit/troy/services/streamer"
 	"github.com/troy-audit/troy/services/syslog"
 )
 
@@ -34,6 +35,7 @@ func newServeCmd(g *globalFlags) *cobra.Command {
 	var target, natsAddr, httpAddr, policyPath, reportsDir, reportMode string
 	var workers, replicas int
 	var streamIdle time.Duration
+	var streamMember string
 	var lf llmFlags
 	sp, sl := splunk.DefaultConfig(), syslog.DefaultConfig()
 	var grace, readTimeout time.Duration
@@ -64,6 +66,10 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if err != nil {
 				return codeError{exitError, fmt.Errorf("--report-mode: %w", err)}
 			}
+			member, err := streamer.ParseMember(streamMember)
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("--stream-member: %w", err)}
+			}
 			var def *policy.Engine
 			if policyPath != "" {
 				if def, err = loadPolicy(policyPath); err != nil {
@@ -80,7 +86,8 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
-				workers: workers, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle}
+				workers: workers, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle,
+				streamMember: member}
 			if slices.Contains(targets, "explainer") {
 				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
 					lis.Close()
@@ -154,6 +161,8 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
 	lf.register(cmd)
 	fl.DurationVar(&streamIdle, "stream-idle", 5*time.Minute, "a streamed trace with no new step for this long ends")
+	fl.StringVar(&streamMember, "stream-member", os.Getenv("TROY_STREAM_MEMBER"),
+		"target streamer: read only share i of n of the stream partitions (i/n, e.g. 1/2 and 2/2 on two hosts); processes with the same share stand by for each other; default all (env TROY_STREAM_MEMBER)")
 	fl.StringVar(&sp.URL, "splunk-url", os.Getenv("TROY_SPLUNK_URL"), "target splunk: HTTP Event Collector URL, e.g. https://splunk:8088 (env TROY_SPLUNK_URL)")
 	fl.StringVar(&sp.Token, "splunk-token", os.Getenv("TROY_SPLUNK_TOKEN"), "target splunk: HEC token (env TROY_SPLUNK_TOKEN)")
 	fl.StringVar(&sp.Index, "splunk-index", os.Getenv("TROY_SPLUNK_INDEX"), "target splunk: index (default: the token's)")

@@ -22,25 +22,27 @@ import (
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/splunk"
+	"github.com/troy-audit/troy/services/streamer"
 	"github.com/troy-audit/troy/services/syslog"
 )
 
 // stackConfig is what a process needs to reach NATS and run services.
 type stackConfig struct {
-	client      bus.ClientConfig // URL empty: embedded server
-	dataDir     string
-	listen      string // embedded server's client address ("" in-process only)
-	targets     []string
-	workers     int
-	limits      trace.Limits
-	policy      *policy.Engine // pushed at start; the default for live traces
-	reportsDir  string
-	reportModes report.Modes
-	replicas    int       // stream and bucket replicas on a cluster
-	llm         *llmSetup // nil: the offline explainer
-	splunk      splunk.Config
-	syslog      syslog.Config
-	streamIdle  time.Duration
+	client       bus.ClientConfig // URL empty: embedded server
+	dataDir      string
+	listen       string // embedded server's client address ("" in-process only)
+	targets      []string
+	workers      int
+	limits       trace.Limits
+	policy       *policy.Engine // pushed at start; the default for live traces
+	reportsDir   string
+	reportModes  report.Modes
+	replicas     int       // stream and bucket replicas on a cluster
+	llm          *llmSetup // nil: the offline explainer
+	splunk       splunk.Config
+	syslog       syslog.Config
+	streamIdle   time.Duration
+	streamMember streamer.Member
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the

@@ -103,6 +103,7 @@ func streamConfig(s pipelines.Stream) (jetstream.StreamConfig, error) {
 		Storage:     jetstream.FileStorage,
 		MaxAge:      s.MaxAge.Duration,
 		Duplicates:  s.DuplicateWindow.Duration,
+		AllowDirect: s.AllowDirect,
 	}
 	switch s.Retention {
 	case "limits", "":

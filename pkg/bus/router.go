@@ -75,6 +75,17 @@ func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h
 	names := d.Topology.Partitions(consumer)
 	if names == nil {
 		names = []string{consumer}
+	} else if o.partitions != nil {
+		var mine []string
+		for p, name := range names {
+			if o.partitions(p) {
+				mine = append(mine, name)
+			}
+		}
+		if len(mine) == 0 {
+			return fmt.Errorf("stage %s: none of its %d partitions is this process's to read", consumer, len(names))
+		}
+		names = mine
 	}
 	for _, name := range names {
 		r.AddHandler(name, name, sub, "", outputs, h)
@@ -90,8 +101,15 @@ func RunRouterStage(ctx context.Context, d Deps, consumer string, workers int, h
 type StageOption func(*stageOptions)
 
 type stageOptions struct {
-	publisher func(message.Publisher) message.Publisher
-	timeout   time.Duration
+	publisher  func(message.Publisher) message.Publisher
+	timeout    time.Duration
+	partitions func(int) bool
+}
+
+// WithPartitions limits a partitioned stage to the partitions keep
+// accepts (a process that is one member of several).
+func WithPartitions(keep func(p int) bool) StageOption {
+	return func(o *stageOptions) { o.partitions = keep }
 }
 
 // DefaultHandlerTimeout bounds one attempt of a stage's handler. A stage

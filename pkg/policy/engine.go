@@ -313,6 +313,12 @@ func (s *Stepwise) Reset(t *trace.Trace) {
 	s.t, s.env = t, newEnv(t)
 }
 
+// RulesOut reports whether the rule's cheap per-step guard already rules
+// step i out (the condition cannot hold there, whatever else arrives).
+func (s *Stepwise) RulesOut(rule, i int) bool {
+	return s.e.rules[rule].guard.skips(i, s.t.Steps[i])
+}
+
 // Rule runs rule (its index in the policy) on step i within the rule's
 // budget, with the trace as it is in scope.
 func (s *Stepwise) Rule(rule, i int) (Violation, bool, *RuleError) {

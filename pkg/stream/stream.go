@@ -59,6 +59,13 @@ type Trace struct {
 	reported map[firing]bool
 	eval     *policy.Stepwise
 	evalOf   *policy.Engine
+	// pending lists, per look-ahead rule (decided when true), the steps it
+	// may still fire on: not fired, and not ruled out by the rule's guard.
+	// A new step re-checks only these, not every earlier step. Steps up to
+	// scanned are listed; pos is each step's place.
+	pending map[int][]string
+	scanned int
+	pos     map[string]int
 }
 
 // firing is one rule (by its place in the policy) on one step.
@@ -174,31 +181,68 @@ func (t *Trace) decide(e *policy.Engine, from int, end bool) []policy.Violation 
 		return nil
 	}
 	if t.evalOf != e || t.eval == nil {
-		t.eval, t.evalOf = e.Stepwise(t.Trace()), e
+		t.eval, t.evalOf, t.pending = e.Stepwise(t.Trace()), e, nil
 	} else {
 		t.eval.Reset(t.Trace())
 	}
-	info := e.ReadsTraceInfo()
+	info, when := e.ReadsTraceInfo(), e.DecideWhen()
 	var out []policy.Violation
-	for r, when := range e.DecideWhen() {
-		start := 0
-		switch {
-		case end:
-		case info[r] && !t.MetaFinal, when == policy.DecideAtEnd:
-			continue // may change until the end
-		case when == policy.DecideNow:
-			start = from
+	fire := func(r, i int) bool {
+		key := firing{r, t.Steps[i].StepID}
+		if t.reported[key] {
+			return true
 		}
-		for i := start; i < len(t.Steps); i++ {
-			key := firing{r, t.Steps[i].StepID}
-			if t.reported[key] {
-				continue
+		if v, fired, _ := t.eval.Rule(r, i); fired {
+			t.reported[key] = true
+			out = append(out, v)
+			return true
+		}
+		return false
+	}
+	if end {
+		for r := range when {
+			for i := range t.Steps {
+				fire(r, i)
 			}
-			if v, fired, _ := t.eval.Rule(r, i); fired {
-				t.reported[key] = true
-				out = append(out, v)
+		}
+		return out
+	}
+	t.index(when, info, from)
+	for r, w := range when {
+		switch {
+		case info[r] && !t.MetaFinal, w == policy.DecideAtEnd:
+			continue // may change until the end
+		case w == policy.DecideNow:
+			for i := from; i < len(t.Steps); i++ {
+				fire(r, i)
 			}
+		default: // decided when true: only the steps it may still fire on
+			left := t.pending[r][:0]
+			for _, id := range t.pending[r] {
+				if !fire(r, t.pos[id]) {
+					left = append(left, id)
+				}
+			}
+			t.pending[r] = left
 		}
 	}
 	return out
+}
+
+// index lists the steps from `from` on as candidates of the look-ahead
+// rules; a step that landed before others (from < scanned) reindexes all.
+func (t *Trace) index(when []string, info []bool, from int) {
+	if t.pending == nil || from < t.scanned {
+		t.pending, t.scanned, t.pos = map[int][]string{}, 0, make(map[string]int, len(t.Steps))
+	}
+	for i := t.scanned; i < len(t.Steps); i++ {
+		id := t.Steps[i].StepID
+		t.pos[id] = i
+		for r, w := range when {
+			if w == policy.DecideWhenTrue && (!info[r] || t.MetaFinal) && !t.reported[firing{r, id}] && !t.eval.RulesOut(r, i) {
+				t.pending[r] = append(t.pending[r], id)
+			}
+		}
+	}
+	t.scanned = len(t.Steps)
 }

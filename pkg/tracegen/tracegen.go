@@ -9,7 +9,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"time"
 )
+
+var start = time.Date(2026, 2, 15, 11, 0, 0, 0, time.UTC)
 
 var tools = []string{"search", "fetch_user", "send_email", "run_sql", "bash", "http_request", "read_file", "calculator"}
 var kinds = []string{"llm_call", "tool_call", "tool_call", "decision", "observation"}
@@ -60,7 +63,8 @@ func Trace(seed uint64, t, steps int) map[string]any {
 		out = append(out, map[string]any{
 			"step_id": fmt.Sprintf("s%d", i), "type": kind, "description": fmt.Sprintf("step %d", i),
 			"input": input, "output": map[string]any{"ok": true, "n": i}, "metadata": meta,
-			"timestamp":      fmt.Sprintf("2026-02-15T11:%02d:%02dZ", i/60%60, i%60),
+			"timestamp": start.Add(time.Duration(i) * time.Second).Format(time.RFC3339), // in order, however long
+
 			"parent_step_id": parent,
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,7 +60,30 @@ type Config struct {
 	Version       string
 	Now           func() time.Time
 	Registerer    prometheus.Registerer // streamer metrics; nil: none
+	// Member, when Of > 0, makes this process member Index (1-based) of Of:
+	// it reads only the partitions p with p % Of == Index-1, so Of
+	// processes share the load. Several processes with the same Index
+	// stand by for each other. Zero reads every partition.
+	Member Member
 }
+
+// Member is one share of the partitions.
+type Member struct{ Index, Of int }
+
+// ParseMember reads "i/n" (e.g. 2/3).
+func ParseMember(s string) (Member, error) {
+	var m Member
+	if s == "" {
+		return m, nil
+	}
+	if _, err := fmt.Sscanf(s, "%d/%d", &m.Index, &m.Of); err != nil || m.Of < 1 || m.Index < 1 || m.Index > m.Of {
+		return Member{}, fmt.Errorf("stream member %q: want i/n with 1 <= i <= n, e.g. 1/2 and 2/2 for two processes sharing the partitions", s)
+	}
+	return m, nil
+}
+
+// Reads reports whether the member reads partition p.
+func (m Member) Reads(p int) bool { return m.Of == 0 || p%m.Of == m.Index-1 }
 
 // DefaultConfig is used where a field is left zero.
 func DefaultConfig() Config {
@@ -70,6 +94,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.IdleTimeout <= 0 || c.Now == nil {
 		return errors.New("streamer: idle timeout and clock are required")
+	}
+	if c.Member.Of < 0 || (c.Member.Of > 0 && (c.Member.Index < 1 || c.Member.Index > c.Member.Of)) {
+		return fmt.Errorf("streamer: member %d/%d: want 1 <= index <= of", c.Member.Index, c.Member.Of)
 	}
 	return nil
 }
@@ -93,14 +120,25 @@ type partition struct {
 	// process took from the partition: a gap means another process held
 	// the partition meanwhile, and what is in memory is stale.
 	lastDelivery uint64
+	// The log is purged below the first message of the oldest open trace
+	// (one purge now and then, not one per trace: a purge scans the span
+	// of the trace's messages, which interleave with all others). That
+	// needs every open trace of the partition: those in memory, and, once
+	// this process took the partition over, the census of those with
+	// messages in the log it has not seen yet (their first sequence).
+	census   map[string]uint64
+	counted  bool   // the census is done: the partition may be purged
+	lastSeq  uint64 // last stream sequence handled here
+	purgedTo uint64 // the log below this is purged
 }
 
 type open struct {
 	*stream.Trace
+	firstSeq   uint64 // stream sequence of its first message
 	lastSeq    uint64 // stream sequence of its last message applied
 	endAsked   bool   // the idle sweep has sent its end
+	ending     bool   // its end is handled; released once what it produced is stored
 	policy     *policy.Engine
-	startedAt  time.Time
 	closedWhy  string // set when it closed over its limits
 	overLimits bool
 }
@@ -141,16 +179,33 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	go s.sweep(ctx)
-	return bus.RunRouterStage(ctx, s.deps, Consumer, 1, s.Handle, bus.WithPublisher(s.purgeAfter))
+	go func() {
+		t := time.NewTicker(purgeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.purge(ctx)
+			}
+		}
+	}()
+	return bus.RunRouterStage(ctx, s.deps, Consumer, 1, s.Handle, bus.WithPublisher(s.releaseAfter), bus.WithPartitions(s.cfg.Member.Reads))
 }
+
+// purgeEvery is how often ended traces' messages leave the log.
+const purgeEvery = 2 * time.Second
 
 // Key of a streamed trace: its findings' uids and its final report's
 // message ids derive from it, as for any trace in the live run.
 func Key(traceID string) string { return bus.Key(bus.LiveRun, traceID, traceID) }
 
-// metaPurge, on the message that ends a trace, names the log to purge once
-// everything the end produced is stored.
-const metaPurge = "_purge_log"
+// metaRelease, on the message that ends a trace, names the trace to let go
+// of (partition|id) once everything its end produced is stored: until then
+// it holds back the purge of its log, from which a redelivered end is
+// replayed.
+const metaRelease = "_release"
 
 // Handle is the stage: one start, steps or end message of a trace in; the
 // findings that became certain (and, at the end, the whole trace for its
@@ -174,25 +229,35 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	part := s.parts[p]
 	part.mu.Lock()
 	defer part.mu.Unlock()
-	if part.lastDelivery != 0 && delivery != part.lastDelivery+1 {
-		// Another process took this partition's messages in between: what
-		// is in memory may be stale. Each trace is rebuilt when next seen.
+	if part.lastDelivery == 0 || delivery != part.lastDelivery+1 {
+		// This process just took the partition (or another took its
+		// messages in between): what is in memory may be stale. Each trace
+		// is rebuilt when next seen; the census says which are open.
+		if part.lastDelivery != 0 {
+			s.metrics.takeovers.Inc()
+		}
 		clear(part.traces)
-		s.metrics.takeovers.Inc()
+		part.census, part.counted = s.census(ctx, p, seq)
 	}
 	part.lastDelivery = delivery
+	part.lastSeq = max(part.lastSeq, seq)
 	tr := part.traces[id]
 	if tr != nil && tr.lastSeq >= seq {
 		tr = nil // a redelivery of a message already applied: start again from the log
 	}
 	if tr == nil {
+		first, inCensus := part.census[id]
 		var err error
-		if tr, err = s.load(ctx, id, kind, seq); err != nil {
+		if tr, err = s.load(ctx, id, kind, seq, part.counted && !inCensus); err != nil {
 			return nil, err
 		}
 		if tr != nil {
 			part.traces[id] = tr
+			if inCensus {
+				tr.firstSeq = min(tr.firstSeq, first)
+			}
 		}
+		delete(part.census, id)
 	}
 	out, closed, err := s.apply(ctx, tr, id, kind, m.Payload, m.Metadata, seq, true)
 	if err != nil {
@@ -201,12 +266,102 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 		}
 		return nil, err
 	}
-	if closed {
-		delete(part.traces, id)
-	} else if tr == nil && out.tr != nil {
-		part.traces[id] = out.tr
+	if tr == nil && out.tr != nil {
+		tr = out.tr
+		tr.firstSeq = seq
+		part.traces[id] = tr
+	}
+	if tr != nil {
+		tr.lastSeq = max(tr.lastSeq, seq)
+	}
+	if closed && tr != nil {
+		if len(out.msgs) == 0 {
+			delete(part.traces, id) // nothing to store first
+		} else {
+			tr.ending = true
+			out.msgs[len(out.msgs)-1].Metadata.Set(metaRelease, strconv.Itoa(p)+"|"+id)
+		}
 	}
 	return out.msgs, nil
+}
+
+// release lets go of a trace whose end's outputs are stored.
+func (s *Service) release(spec string) {
+	ps, id, ok := strings.Cut(spec, "|")
+	p, err := strconv.Atoi(ps)
+	if !ok || err != nil || p < 0 || p >= len(s.parts) {
+		return
+	}
+	part := s.parts[p]
+	part.mu.Lock()
+	defer part.mu.Unlock()
+	if tr := part.traces[id]; tr != nil && tr.ending {
+		delete(part.traces, id)
+	}
+}
+
+// census lists the traces of partition p with messages in the log before
+// seq that have not ended: the open traces this process must account for
+// before it purges the partition's log. ok is false when it could not
+// tell (then the partition is not purged until the next takeover).
+func (s *Service) census(ctx context.Context, p int, seq uint64) (map[string]uint64, bool) {
+	out := map[string]uint64{}
+	info, err := s.log.Info(ctx, jetstream.WithSubjectFilter("troy.ingest.*."+strconv.Itoa(p)+".>"))
+	if err != nil {
+		s.deps.Log.Warn().Err(err).Int("partition", p).Msg("streamer: no census of the partition; its log is not purged")
+		return out, false
+	}
+	ids := map[string]bool{}
+	for subject := range info.State.Subjects {
+		if _, _, id, ok := bus.ParseStreamSubject(subject); ok {
+			ids[id] = true
+		}
+	}
+	for id := range ids {
+		first, err := s.log.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(logFilter(len(s.parts), id)))
+		if err != nil || first.Sequence >= seq {
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return out, false
+			}
+			continue
+		}
+		if entry, err := s.kv.Get(ctx, stream.EndedKey(id)); err == nil {
+			var stone stream.Tombstone
+			last, lerr := s.log.GetLastMsgForSubject(ctx, "troy.ingest.end."+strconv.Itoa(p)+"."+id)
+			if json.Unmarshal(entry.Value(), &stone) == nil && lerr == nil && stone.EndSeq >= last.Sequence {
+				continue // ended: what is left of it may go
+			}
+		}
+		out[id] = first.Sequence
+	}
+	return out, true
+}
+
+// purge removes, partition by partition, the log below the first message
+// of the oldest trace still open there.
+func (s *Service) purge(ctx context.Context) {
+	for p, part := range s.parts {
+		part.mu.Lock()
+		floor := part.lastSeq + 1
+		for _, tr := range part.traces {
+			floor = min(floor, tr.firstSeq)
+		}
+		for _, first := range part.census {
+			floor = min(floor, first)
+		}
+		do := part.counted && part.lastSeq > 0 && floor > part.purgedTo+1
+		part.mu.Unlock()
+		if !do {
+			continue
+		}
+		if err := s.log.Purge(ctx, jetstream.WithPurgeSubject("troy.ingest.*."+strconv.Itoa(p)+".>"), jetstream.WithPurgeSequence(floor)); err != nil {
+			s.deps.Log.Warn().Err(err).Int("partition", p).Msg("streamer: could not purge the log; trying again")
+			continue
+		}
+		part.mu.Lock()
+		part.purgedTo = max(part.purgedTo, floor-1)
+		part.mu.Unlock()
+	}
 }
 
 type applied struct {
@@ -236,7 +391,7 @@ func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []b
 		if err != nil {
 			return res, false, err
 		}
-		res.tr = &open{Trace: stream.New(id, st.AgentName, st.Metadata, true, e.Hash(), now), policy: e, startedAt: now, lastSeq: seq}
+		res.tr = &open{Trace: stream.New(id, st.AgentName, st.Metadata, true, e.Hash(), now), policy: e, lastSeq: seq}
 		return res, false, nil
 
 	case bus.StreamStep:
@@ -249,7 +404,7 @@ func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []b
 			if err != nil {
 				return res, false, err
 			}
-			tr = &open{Trace: stream.New(id, meta.Get(bus.HeaderAgent), nil, false, e.Hash(), now), policy: e, startedAt: now}
+			tr = &open{Trace: stream.New(id, meta.Get(bus.HeaderAgent), nil, false, e.Hash(), now), policy: e}
 			res.tr = tr
 		}
 		tr.lastSeq = seq
@@ -263,7 +418,7 @@ func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []b
 			}
 			msgs, err := s.finish(ctx, tr, seq, stream.Start{}, err.Error(), live)
 			res.msgs = msgs
-			return res, false, err
+			return res, err == nil, err // closed: what follows is refused by its tombstone
 		}
 		if err != nil {
 			return res, false, bus.Permanent(err)
@@ -335,7 +490,6 @@ func (s *Service) finish(ctx context.Context, tr *open, seq uint64, end stream.S
 	meta.Set(bus.HeaderPolicy, tr.PolicyHash)
 	meta.Set(bus.HeaderStreamed, "1")
 	whole := bus.OutputWith(bus.StageIngest, meta, tr.PolicyHash, body)
-	whole.Metadata.Set(metaPurge, logFilter(len(s.parts), tr.ID)+"|"+strconv.FormatUint(seq, 10))
 	s.metrics.ended.Inc()
 	return append(msgs, whole), nil
 }
@@ -366,7 +520,7 @@ func logFilter(partitions int, id string) string {
 // load finds a trace this process does not hold: new (its first message is
 // this one), ended (this message came after its end), or held by another
 // process before (rebuilt from its log, up to this message).
-func (s *Service) load(ctx context.Context, id, kind string, seq uint64) (*open, error) {
+func (s *Service) load(ctx context.Context, id, kind string, seq uint64, known bool) (*open, error) {
 	if entry, err := s.kv.Get(ctx, stream.EndedKey(id)); err == nil {
 		var stone stream.Tombstone
 		if json.Unmarshal(entry.Value(), &stone) == nil && stone.EndSeq < seq {
@@ -377,6 +531,9 @@ func (s *Service) load(ctx context.Context, id, kind string, seq uint64) (*open,
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("streamer: read the state of %s: %w", id, err)
+	}
+	if known {
+		return nil, nil // the census says it has no earlier message: a new trace
 	}
 	filter := logFilter(len(s.parts), id)
 	first, err := s.log.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
@@ -398,6 +555,7 @@ func (s *Service) rebuild(ctx context.Context, id, filter string, seq uint64) (*
 		return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
 	}
 	var tr *open
+	var firstSeq uint64
 	for {
 		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -411,9 +569,15 @@ func (s *Service) rebuild(ctx context.Context, id, filter string, seq uint64) (*
 				return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
 			}
 			if md.Sequence.Stream >= seq {
+				if tr != nil {
+					tr.firstSeq = firstSeq
+				}
 				s.metrics.rebuilds.Inc()
 				s.deps.Log.Info().Str("trace_id", id).Int("steps", stepsOf(tr)).Dur("took", time.Since(started)).Msg("streamer: trace rebuilt from its log")
 				return tr, nil
+			}
+			if firstSeq == 0 {
+				firstSeq = md.Sequence.Stream
 			}
 			kind, _, _, _ := bus.ParseStreamSubject(jm.Subject())
 			mmeta := message.Metadata{}
@@ -437,6 +601,9 @@ func (s *Service) rebuild(ctx context.Context, id, filter string, seq uint64) (*
 			return nil, fmt.Errorf("streamer: replay %s: %w", id, err)
 		}
 		if n == 0 { // the log ends before seq (purged meanwhile): what was read stands
+			if tr != nil {
+				tr.firstSeq = firstSeq
+			}
 			return tr, nil
 		}
 	}
@@ -458,36 +625,25 @@ func withReason(meta map[string]any, why string) map[string]any {
 	return out
 }
 
-// purgeAfter wraps the publisher: once a trace's end outputs are stored,
-// its log is purged up to and including the end.
-func (s *Service) purgeAfter(pub message.Publisher) message.Publisher {
-	return purgingPublisher{Publisher: pub, log: s.log}
+// releaseAfter wraps the publisher: once a trace's end outputs are stored,
+// the trace is let go of (and so is its log, at the next purge).
+func (s *Service) releaseAfter(pub message.Publisher) message.Publisher {
+	return releasingPublisher{Publisher: pub, s: s}
 }
 
-type purgingPublisher struct {
+type releasingPublisher struct {
 	message.Publisher
-	log jetstream.Stream
+	s *Service
 }
 
-func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error {
+func (p releasingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := p.Publisher.Publish(topic, msgs...); err != nil {
 		return err
 	}
 	for _, m := range msgs {
-		spec := m.Metadata.Get(metaPurge)
-		if spec == "" {
-			continue
+		if spec := m.Metadata.Get(metaRelease); spec != "" {
+			p.s.release(spec)
 		}
-		i := len(spec) - 1
-		for i >= 0 && spec[i] != '|' {
-			i--
-		}
-		seq, err := strconv.ParseUint(spec[i+1:], 10, 64)
-		if i < 0 || err != nil {
-			continue
-		}
-		// Best effort: what is not purged now expires with the log's max age.
-		_ = p.log.Purge(m.Context(), jetstream.WithPurgeSubject(spec[:i]), jetstream.WithPurgeSequence(seq+1))
 	}
 	return nil
 }
@@ -510,7 +666,7 @@ func (s *Service) sweep(ctx context.Context) {
 		for _, part := range s.parts {
 			part.mu.Lock()
 			for id, tr := range part.traces {
-				if !tr.endAsked && now.Sub(tr.LastSeen) >= s.cfg.IdleTimeout {
+				if !tr.endAsked && !tr.ending && now.Sub(tr.LastSeen) >= s.cfg.IdleTimeout {
 					tr.endAsked = true
 					idle = append(idle, id)
 				}
@@ -550,4 +706,3 @@ func (s *Service) Open() (traces, steps int) {
 	}
 	return traces, steps
 }
-
