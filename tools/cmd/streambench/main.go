@@ -380,4 +380,3 @@ func (bn *bench) metric(name string) (float64, error) {
 	}
 	return 0, fmt.Errorf("metric %s not found", name)
 }
-
