@@ -48,11 +48,18 @@ var All = []Schema{
 // explain.Step are different things.
 func qualifiedName(t reflect.Type) string {
 	pkg := path.Base(t.PkgPath())
+	if alias, ok := conceptOf[pkg]; ok {
+		pkg = alias
+	}
 	if pkg == "." || pkg == "" || strings.EqualFold(pkg, t.Name()) {
 		return t.Name()
 	}
 	return strings.ToUpper(pkg[:1]) + pkg[1:] + t.Name()
 }
+
+// conceptOf names a package's types in the schemas by the concept rather
+// than the Go package (the published names stay when a package is renamed).
+var conceptOf = map[string]string{"execgraph": "graph"}
 
 // Generate renders a schema from its Go type.
 func Generate(s Schema) ([]byte, error) {
