@@ -172,14 +172,18 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Run reads every partition it is pinned to, and ends idle traces, until
-// ctx ends.
+// Run reads every partition it is pinned to, ends idle traces and purges
+// ended ones' log, until ctx ends; it returns once its timers have stopped.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.policies.Watch(ctx); err != nil {
 		return err
 	}
-	go s.sweep(ctx)
-	go func() {
+	ctx, cancel := context.WithCancel(ctx)
+	var timers sync.WaitGroup
+	defer timers.Wait()
+	defer cancel() // the router may stop on its own (its consumer gone)
+	timers.Go(func() { s.sweep(ctx) })
+	timers.Go(func() {
 		t := time.NewTicker(purgeEvery)
 		defer t.Stop()
 		for {
@@ -190,7 +194,7 @@ func (s *Service) Run(ctx context.Context) error {
 				s.purge(ctx)
 			}
 		}
-	}()
+	})
 	return bus.RunRouterStage(ctx, s.deps, Consumer, 1, s.Handle, bus.WithPublisher(s.releaseAfter), bus.WithPartitions(s.cfg.Member.Reads))
 }
 
@@ -477,9 +481,7 @@ func (s *Service) finish(ctx context.Context, tr *open, seq uint64, end stream.S
 	if _, err := s.kv.Put(ctx, stream.EndedKey(tr.ID), stone); err != nil {
 		return nil, fmt.Errorf("streamer: record the end of %s: %w", tr.ID, err)
 	}
-	doc := map[string]any{"trace_id": tr.ID, "agent_name": tr.Agent, "steps": tr.Steps,
-		"metadata": withReason(tr.Metadata, why)}
-	body, err := json.Marshal(doc)
+	body, err := json.Marshal(trace.Trace{TraceID: tr.ID, AgentName: tr.Agent, Steps: tr.Steps, Metadata: withReason(tr.Metadata, why)})
 	if err != nil {
 		return nil, bus.Permanent(err)
 	}
