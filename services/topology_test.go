@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -109,6 +110,11 @@ func TestTopologyMatchesCode(t *testing.T) {
 	}
 	assert.ElementsMatch(t, buckets, inCode, "every provisioned bucket is used")
 	assert.Positive(t, topo.ConsumerDefaults.MaxDeliver, "dead-lettering needs a delivery limit")
+	redeliveries := topo.ConsumerDefaults.AckWait.Duration * time.Duration(topo.ConsumerDefaults.MaxDeliver)
+	for _, st := range topo.Streams {
+		assert.GreaterOrEqual(t, st.DuplicateWindow.Duration, redeliveries,
+			"%s: an output republished by a redelivered input (ack_wait x max_deliver later) must still be a duplicate", st.Name)
+	}
 }
 
 func TestProvisionIsIdempotent(t *testing.T) {

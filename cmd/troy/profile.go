@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"time"
 )
 
@@ -24,8 +25,14 @@ func startProfiles() (func(), error) {
 		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
 	}
 	if path := os.Getenv("TROY_MEMPROFILE"); path != "" {
+		n := 0
 		write := func() {
-			f, err := os.Create(path)
+			n++
+			name := path
+			if strings.Contains(path, "%d") {
+				name = fmt.Sprintf(path, n)
+			}
+			f, err := os.Create(name)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "troy: TROY_MEMPROFILE:", err)
 				return
@@ -35,14 +42,30 @@ func startProfiles() (func(), error) {
 			f.Close()
 		}
 		// TROY_MEMPROFILE_AFTER=90s takes the heap while a long run is at
-		// work, instead of at its end.
+		// work, instead of at its end; with %d in TROY_MEMPROFILE, every
+		// 90s (mem-1.prof, mem-2.prof …), to compare with pprof -base.
 		if after := os.Getenv("TROY_MEMPROFILE_AFTER"); after != "" {
 			d, err := time.ParseDuration(after)
-			if err != nil {
-				return nil, fmt.Errorf("TROY_MEMPROFILE_AFTER: %w", err)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("TROY_MEMPROFILE_AFTER %q: want a duration such as 90s", after)
 			}
-			t := time.AfterFunc(d, write)
-			stops = append(stops, func() { t.Stop() })
+			done := make(chan struct{})
+			go func() {
+				t := time.NewTicker(d)
+				defer t.Stop()
+				for {
+					select {
+					case <-done:
+						return
+					case <-t.C:
+						write()
+						if !strings.Contains(path, "%d") {
+							return
+						}
+					}
+				}
+			}()
+			stops = append(stops, func() { close(done) })
 		} else {
 			stops = append(stops, write)
 		}

@@ -55,7 +55,8 @@ func SetSummary(h nats.Header, s Summary) {
 
 // GetSummary reads the summary headers.
 func GetSummary(h nats.Header) (Summary, error) {
-	s := Summary{TraceID: h.Get(HeaderTraceID), SeverityCounts: map[string]int{}}
+	// cloned: a header value pins its message's whole header block
+	s := Summary{TraceID: strings.Clone(h.Get(HeaderTraceID)), SeverityCounts: make(map[string]int, len(policy.Severities))}
 	var err1, err2 error
 	s.Steps, err1 = strconv.Atoi(h.Get(HeaderSteps))
 	s.RiskScore, err2 = strconv.Atoi(h.Get(HeaderRisk))
