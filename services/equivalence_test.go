@@ -132,11 +132,14 @@ func TestStreamedFindingsEqualTheBatchAudit(t *testing.T) {
 	require.NotEmpty(t, want)
 	streamtest.AssertSame(t, want, streamtest.Findings(t, srv.JS))
 
-	// Ended traces leave the step log: it keeps only what open traces need.
+	// Ended traces leave the step log: it keeps only what open traces need,
+	// and each partition's last message (it may not be acknowledged yet:
+	// a message purged before its ack would never be redelivered).
 	steps, err := srv.JS.Stream(context.Background(), pipelines.StreamSteps)
 	require.NoError(t, err)
+	parts := uint64(bus.StreamPartitions(deps.Topology))
 	require.Eventually(t, func() bool {
 		info, err := steps.Info(context.Background())
-		return err == nil && info.State.Msgs == 0
+		return err == nil && info.State.Msgs <= parts
 	}, 10*time.Second, 50*time.Millisecond, "the log of ended traces is purged")
 }

@@ -327,3 +327,29 @@ func TestStreamingEndpointsRefuseUpFront(t *testing.T) {
 		return code == http.StatusConflict
 	}, 5*time.Second, 20*time.Millisecond, "a start after steps is refused")
 }
+
+// An idle end sent by a process that saw the trace only up to an earlier
+// message (it lost the partition meanwhile) does not end a trace that got
+// steps since; the sender's end does.
+func TestStaleIdleEndLeavesALiveTraceOpen(t *testing.T) {
+	srv, _ := startStreaming(t, time.Minute)
+	reports := subscribe(t, srv.NC, "troy.report.live")
+	sendStep(t, srv, "busy", `{"step_id": "1", "type": "llm_call"}`)
+	sendStep(t, srv, "busy", `{"step_id": "2", "type": "llm_call"}`)
+	stale := nats.NewMsg(streamSubject(bus.StreamEnd, "busy"))
+	stale.Data = []byte(`{"reason": "idle for 1m0s"}`)
+	stale.Header.Set(streamer.HeaderIdleAfter, "1") // as of a message before step 2
+	_, err := srv.JS.PublishMsg(context.Background(), stale)
+	require.NoError(t, err)
+	select {
+	case m := <-reports:
+		t.Fatalf("a stale idle end ended the trace: %s", m.Data)
+	case <-time.After(500 * time.Millisecond):
+	}
+	_, err = srv.JS.Publish(context.Background(), streamSubject(bus.StreamEnd, "busy"), nil)
+	require.NoError(t, err)
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	assert.Len(t, rep.Audit.Trace.Steps, 2)
+	assert.Equal(t, "ended by its sender", rep.Audit.Trace.Metadata["stream_end"])
+}

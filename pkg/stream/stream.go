@@ -30,10 +30,14 @@ type Limits struct {
 	MaxBytes int // of the steps as received
 }
 
-// DefaultLimits hold a 10,000-step agent run with room to spare. In memory
-// an open trace takes about three times its steps' size as received, so
-// at most ~100 MiB.
-func DefaultLimits() Limits { return Limits{MaxSteps: 20000, MaxBytes: 32 << 20} }
+// DefaultLimits are the whole-trace limits ingest applies to the trace the
+// streamer sends for its report (less a margin for the trace's own fields),
+// so a streamed trace that was taken is also reported. In memory an open
+// trace takes about three times its steps' size as received: ≤ ~12 MiB.
+func DefaultLimits() Limits {
+	l := trace.DefaultLimits()
+	return Limits{MaxSteps: l.MaxSteps, MaxBytes: l.MaxBytes - 64<<10}
+}
 
 // ErrLimit is returned when a trace outgrows its limits; it is then closed.
 var ErrLimit = errors.New("trace over its streaming limits")
@@ -55,7 +59,8 @@ type Trace struct {
 	// decided on those without them.
 	Reordered int
 
-	arrived  map[string]uint64 // step id -> its place in the order it was sent
+	arrived  map[string]uint64    // step id -> its place in the order it was sent
+	stamps   map[string]time.Time // step id -> its timestamp, when it has one
 	reported map[firing]bool
 	eval     *policy.Stepwise
 	evalOf   *policy.Engine
@@ -80,7 +85,7 @@ func New(id, agent string, meta map[string]any, metaFinal bool, policyHash strin
 		agent = "agent"
 	}
 	return &Trace{ID: id, Agent: agent, Metadata: meta, MetaFinal: metaFinal, PolicyHash: policyHash,
-		LastSeen: now, arrived: map[string]uint64{}, reported: map[firing]bool{}}
+		LastSeen: now, arrived: map[string]uint64{}, stamps: map[string]time.Time{}, reported: map[firing]bool{}}
 }
 
 // Trace is the trace so far.
@@ -103,6 +108,9 @@ func (t *Trace) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now t
 		}
 		fresh = append(fresh, st)
 		t.arrived[st.StepID] = seq<<20 | uint64(i) // a message holds fewer than 2^20 steps
+		if ts, err := time.Parse(time.RFC3339Nano, st.Timestamp); err == nil {
+			t.stamps[st.StepID] = ts // compared as times: ".5Z" is after "Z", though it sorts before it as text
+		}
 	}
 	if len(fresh) == 0 {
 		return first, nil
@@ -147,8 +155,10 @@ func (t *Trace) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now t
 
 // less orders by timestamp when both steps have one, else by arrival.
 func (t *Trace) less(a, b *trace.Step) bool {
-	if a.Timestamp != "" && b.Timestamp != "" && a.Timestamp != b.Timestamp {
-		return a.Timestamp < b.Timestamp // RFC 3339 in UTC sorts as text
+	ta, okA := t.stamps[a.StepID]
+	tb, okB := t.stamps[b.StepID]
+	if okA && okB && !ta.Equal(tb) {
+		return ta.Before(tb)
 	}
 	return t.arrived[a.StepID] < t.arrived[b.StepID]
 }

@@ -131,3 +131,17 @@ rules:
 	assert.Equal(t, []string{"privilege-escalation@1"}, ids(upFront.Decide(e, from)), "decided on arrival")
 	assert.Empty(t, upFront.Finish(e, "", map[string]any{"permission_level": "admin"}), "metadata given up front stays")
 }
+
+// Timestamps are compared as times: "…:00.5Z" comes after "…:00Z", though
+// as text it sorts before it.
+func TestFractionalTimestampsKeepTheirOrder(t *testing.T) {
+	s := New("t", "bot", nil, false, "h", time.Now())
+	a, b := step("a", "x", nil), step("b", "y", nil)
+	a.Timestamp, b.Timestamp = "2026-11-30T11:00:00Z", "2026-11-30T11:00:00.5Z"
+	for i, st := range []*trace.Step{a, b} {
+		_, err := s.Add([]*trace.Step{st}, uint64(i+1), 10, DefaultLimits(), time.Now())
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "a", s.Steps[0].StepID)
+	assert.Zero(t, s.Reordered)
+}

@@ -126,10 +126,19 @@ type partition struct {
 	// needs every open trace of the partition: those in memory, and, once
 	// this process took the partition over, the census of those with
 	// messages in the log it has not seen yet (their first sequence).
-	census   map[string]uint64
+	census   map[string]*uncounted
 	counted  bool   // the census is done: the partition may be purged
 	lastSeq  uint64 // last stream sequence handled here
 	purgedTo uint64 // the log below this is purged
+}
+
+// uncounted is an open trace of the partition that is not in memory: found
+// by the census, or let go of to be rebuilt from the log when next seen.
+type uncounted struct {
+	first    uint64    // stream sequence of its first message: the log is kept from there
+	seen     time.Time // since when it is known to be quiet
+	lastSeq  uint64    // no message of it came after this one
+	endAsked bool
 }
 
 type open struct {
@@ -233,7 +242,10 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	part := s.parts[p]
 	part.mu.Lock()
 	defer part.mu.Unlock()
-	if part.lastDelivery == 0 || delivery != part.lastDelivery+1 {
+	switch {
+	case delivery == part.lastDelivery && delivery != 0:
+		// the same delivery again: watermill's Retry after a failed attempt
+	case part.lastDelivery == 0 || delivery != part.lastDelivery+1:
 		// This process just took the partition (or another took its
 		// messages in between): what is in memory may be stale. Each trace
 		// is rebuilt when next seen; the census says which are open.
@@ -247,10 +259,13 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	part.lastSeq = max(part.lastSeq, seq)
 	tr := part.traces[id]
 	if tr != nil && tr.lastSeq >= seq {
-		tr = nil // a redelivery of a message already applied: start again from the log
+		// a redelivery of a message already applied (its ack or its outputs
+		// were lost): start again from the log
+		s.forget(part, id, tr)
+		tr = nil
 	}
 	if tr == nil {
-		first, inCensus := part.census[id]
+		c, inCensus := part.census[id]
 		var err error
 		if tr, err = s.load(ctx, id, kind, seq, part.counted && !inCensus); err != nil {
 			return nil, err
@@ -258,15 +273,15 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 		if tr != nil {
 			part.traces[id] = tr
 			if inCensus {
-				tr.firstSeq = min(tr.firstSeq, first)
+				tr.firstSeq = min(tr.firstSeq, c.first)
 			}
 		}
 		delete(part.census, id)
 	}
 	out, closed, err := s.apply(ctx, tr, id, kind, m.Payload, m.Metadata, seq, true)
 	if err != nil {
-		if tr != nil && tr.lastSeq < seq {
-			delete(part.traces, id) // half applied: rebuild on redelivery
+		if tr != nil {
+			s.forget(part, id, tr) // maybe half applied: rebuilt from the log on the next try
 		}
 		return nil, err
 	}
@@ -289,6 +304,16 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	return out.msgs, nil
 }
 
+// forget drops a trace from memory but keeps it counted: its log stays
+// (the purge floor), and it is rebuilt from the log when next seen.
+func (s *Service) forget(part *partition, id string, tr *open) {
+	delete(part.traces, id)
+	if part.census == nil {
+		part.census = map[string]*uncounted{}
+	}
+	part.census[id] = &uncounted{first: tr.firstSeq, seen: tr.LastSeen, lastSeq: tr.lastSeq}
+}
+
 // release lets go of a trace whose end's outputs are stored.
 func (s *Service) release(spec string) {
 	ps, id, ok := strings.Cut(spec, "|")
@@ -308,8 +333,8 @@ func (s *Service) release(spec string) {
 // seq that have not ended: the open traces this process must account for
 // before it purges the partition's log. ok is false when it could not
 // tell (then the partition is not purged until the next takeover).
-func (s *Service) census(ctx context.Context, p int, seq uint64) (map[string]uint64, bool) {
-	out := map[string]uint64{}
+func (s *Service) census(ctx context.Context, p int, seq uint64) (map[string]*uncounted, bool) {
+	out := map[string]*uncounted{}
 	info, err := s.log.Info(ctx, jetstream.WithSubjectFilter("troy.ingest.*."+strconv.Itoa(p)+".>"))
 	if err != nil {
 		s.deps.Log.Warn().Err(err).Int("partition", p).Msg("streamer: no census of the partition; its log is not purged")
@@ -321,6 +346,7 @@ func (s *Service) census(ctx context.Context, p int, seq uint64) (map[string]uin
 			ids[id] = true
 		}
 	}
+	now := s.cfg.Now()
 	for id := range ids {
 		first, err := s.log.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(logFilter(len(s.parts), id)))
 		if err != nil || first.Sequence >= seq {
@@ -329,14 +355,17 @@ func (s *Service) census(ctx context.Context, p int, seq uint64) (map[string]uin
 			}
 			continue
 		}
+		// Ended before seq: with one message in flight at a time, its end
+		// and what the end produced were stored before seq was delivered.
 		if entry, err := s.kv.Get(ctx, stream.EndedKey(id)); err == nil {
 			var stone stream.Tombstone
-			last, lerr := s.log.GetLastMsgForSubject(ctx, "troy.ingest.end."+strconv.Itoa(p)+"."+id)
-			if json.Unmarshal(entry.Value(), &stone) == nil && lerr == nil && stone.EndSeq >= last.Sequence {
-				continue // ended: what is left of it may go
+			if json.Unmarshal(entry.Value(), &stone) == nil && stone.EndSeq < seq {
+				continue
 			}
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return out, false
 		}
-		out[id] = first.Sequence
+		out[id] = &uncounted{first: first.Sequence, seen: now, lastSeq: seq - 1}
 	}
 	return out, true
 }
@@ -346,12 +375,12 @@ func (s *Service) census(ctx context.Context, p int, seq uint64) (map[string]uin
 func (s *Service) purge(ctx context.Context) {
 	for p, part := range s.parts {
 		part.mu.Lock()
-		floor := part.lastSeq + 1
+		floor := part.lastSeq // the last message may be unacked (retried, redelivered): it stays
 		for _, tr := range part.traces {
 			floor = min(floor, tr.firstSeq)
 		}
-		for _, first := range part.census {
-			floor = min(floor, first)
+		for _, c := range part.census {
+			floor = min(floor, c.first)
 		}
 		do := part.counted && part.lastSeq > 0 && floor > part.purgedTo+1
 		part.mu.Unlock()
@@ -411,7 +440,7 @@ func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []b
 			tr = &open{Trace: stream.New(id, meta.Get(bus.HeaderAgent), nil, false, e.Hash(), now), policy: e}
 			res.tr = tr
 		}
-		tr.lastSeq = seq
+		tr.lastSeq, tr.endAsked = seq, false // a step: not idle any more
 		from, err := tr.Add(steps, seq, len(body), s.cfg.Limits, now)
 		if errors.Is(err, stream.ErrLimit) {
 			// Over its limits: closed now, with what it has, and the reason
@@ -444,6 +473,11 @@ func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []b
 		if len(body) > 0 {
 			if err := json.Unmarshal(body, &st); err != nil {
 				return res, false, bus.Permanentf("trace %s: end body must be empty or {\"agent_name\": …, \"metadata\": {…}}: %v", id, err)
+			}
+		}
+		if after := meta.Get(HeaderIdleAfter); after != "" && tr != nil {
+			if n, err := strconv.ParseUint(after, 10, 64); err == nil && tr.lastSeq > n {
+				return res, false, nil // it had messages since it looked idle: it stays open
 			}
 		}
 		if tr == nil || len(tr.Steps) == 0 {
@@ -508,8 +542,11 @@ func (s *Service) findings(tr *open, vs []policy.Violation) ([]*message.Message,
 
 func (s *Service) engine(ctx context.Context, id, ref string) (*policy.Engine, error) {
 	e, err := s.policies.Engine(ctx, ref)
-	if err != nil {
+	switch {
+	case errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid):
 		return nil, bus.Permanent(fmt.Errorf("trace %s: %w", id, err))
+	case err != nil: // the store could not be read: try again
+		return nil, fmt.Errorf("trace %s: %w", id, err)
 	}
 	return e, nil
 }
@@ -657,6 +694,10 @@ func (s *Service) sweep(ctx context.Context) {
 	every := min(max(s.cfg.IdleTimeout/4, 50*time.Millisecond), 30*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	type idleTrace struct {
+		id      string
+		lastSeq uint64
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -664,24 +705,36 @@ func (s *Service) sweep(ctx context.Context) {
 		case <-t.C:
 		}
 		now := s.cfg.Now()
-		var idle []string
+		var idle []idleTrace
 		for _, part := range s.parts {
 			part.mu.Lock()
 			for id, tr := range part.traces {
 				if !tr.endAsked && !tr.ending && now.Sub(tr.LastSeen) >= s.cfg.IdleTimeout {
 					tr.endAsked = true
-					idle = append(idle, id)
+					idle = append(idle, idleTrace{id, tr.lastSeq})
+				}
+			}
+			// open traces not in memory: found by a takeover's census, or
+			// let go of after a failure; quiet since then
+			for id, c := range part.census {
+				if !c.endAsked && now.Sub(c.seen) >= s.cfg.IdleTimeout {
+					c.endAsked = true
+					idle = append(idle, idleTrace{id, c.lastSeq})
 				}
 			}
 			part.mu.Unlock()
 		}
-		for _, id := range idle {
+		for _, it := range idle {
 			body, _ := json.Marshal(stream.Start{Reason: fmt.Sprintf("idle for %s", s.cfg.IdleTimeout)})
-			m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, id, len(s.parts)))
+			m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, it.id, len(s.parts)))
 			m.Data = body
+			// An idle end only ends the trace as this process last saw it:
+			// one that got messages since (another process held the
+			// partition meanwhile) stays open.
+			m.Header.Set(HeaderIdleAfter, strconv.FormatUint(it.lastSeq, 10))
 			if _, err := s.deps.JS.PublishMsg(ctx, m); err != nil {
-				s.deps.Log.Warn().Err(err).Str("trace_id", id).Msg("streamer: could not end an idle trace; trying again")
-				s.unask(id)
+				s.deps.Log.Warn().Err(err).Str("trace_id", it.id).Msg("streamer: could not end an idle trace; trying again")
+				s.unask(it.id)
 			}
 		}
 	}
@@ -694,7 +747,14 @@ func (s *Service) unask(id string) {
 	if tr := part.traces[id]; tr != nil {
 		tr.endAsked = false
 	}
+	if c := part.census[id]; c != nil {
+		c.endAsked = false
+	}
 }
+
+// HeaderIdleAfter, on an idle end, is the stream sequence of the trace's
+// last message as the sweeping process saw it.
+const HeaderIdleAfter = "Troy-Idle-After"
 
 // Open returns how many traces this process holds open, and their steps.
 func (s *Service) Open() (traces, steps int) {
