@@ -330,6 +330,9 @@ func (s *Stepwise) Rule(rule, i int) (Violation, bool, *RuleError) {
 	if r.guard.skipsTrace(env) || r.guard.skips(i, st) {
 		return Violation{}, false, nil
 	}
+	if r.guard.complete {
+		return r.violation(st, i), true, nil
+	}
 	env.Meter = nil
 	if r.cost != costFlat {
 		env.Meter = newMeter(context.Background(), s.e.budget, s.e.memory)
@@ -354,6 +357,9 @@ func (e *Engine) EvaluateRule(t *trace.Trace, rule, i int) (Violation, bool, *Ru
 	s := t.Steps[i]
 	if r.guard.skipsTrace(env) || r.guard.skips(i, s) {
 		return Violation{}, false, nil
+	}
+	if r.guard.complete {
+		return r.violation(s, i), true, nil
 	}
 	if r.cost != costFlat {
 		env.Meter = newMeter(context.Background(), e.budget, e.memory)
@@ -441,6 +447,10 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 				state[j].stopped = true
 				res.RuleErrors = append(res.RuleErrors, RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i,
 					Error: "stopped: the evaluation was cancelled (" + context.Cause(ctx).Error() + ")"})
+				continue
+			}
+			if r.guard.complete { // the guard is the whole condition, and it passed
+				res.Violations = append(res.Violations, r.violation(s, i))
 				continue
 			}
 			if r.cost != costFlat {

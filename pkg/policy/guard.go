@@ -15,16 +15,39 @@ import (
 //
 //	step.type == 'tool_call'                  skip steps of other types
 //	step_index == 0                           skip other steps
-//	get(step, 'metadata.k'[, d]) == 'v'       skip steps where the value differs
+//	get(step, 'metadata.k'[, d]) == 'v'|true|nil   skip steps where the value differs
 //	get(agent|trace, 'metadata.k'[, d]) == / != 'v'   decided once per trace
+//	matches(get(step, 'k'[, d]), 'regex')     skip steps where it does not match
 //
-// Value comparisons follow expr's == for strings and booleans.
+// Value comparisons follow expr's == for strings, booleans and nil. When
+// every conjunct is one of the comparison forms, the guard is the whole
+// condition (complete): a step it does not skip fires, without running the
+// condition at all. A regex test only skips (matching text is metered work
+// in the condition; its rule errors come from there).
 type stepGuard struct {
 	stepType  string
 	stepIndex int // -1: any
 
-	fields []*fieldTest // on the step
-	wholes []*fieldTest // on the trace or agent, once per trace
+	fields  []*fieldTest // on the step
+	wholes  []*fieldTest // on the trace or agent, once per trace
+	regexes []*regexTest // on the step
+	// complete: the conjuncts above are the whole condition.
+	complete bool
+}
+
+// regexTest is matches(get(step, path, def), pattern).
+type regexTest struct {
+	path string
+	def  any
+	m    *Matcher
+}
+
+func (r *regexTest) holds(s *trace.Step) bool {
+	v, found := Lookup(s, r.path)
+	if !found || v == nil {
+		v = r.def
+	}
+	return r.m.MatchValue(v)
 }
 
 // fieldTest is get(base, path, def) == want (or != when negate).
@@ -38,11 +61,15 @@ type fieldTest struct {
 
 func guardOf(node ast.Node) stepGuard {
 	g := stepGuard{stepIndex: -1}
-	for _, c := range conjuncts(node) {
+	all := conjuncts(node)
+	taken := 0
+	for _, c := range all {
 		if !g.add(c) {
 			break
 		}
+		taken++
 	}
+	g.complete = taken == len(all) && len(g.regexes) == 0
 	return g
 }
 
@@ -56,6 +83,10 @@ func conjuncts(node ast.Node) []ast.Node {
 
 // add records one conjunct; false when it is not a guard form.
 func (g *stepGuard) add(node ast.Node) bool {
+	if rt := regexOf(node); rt != nil {
+		g.regexes = append(g.regexes, rt)
+		return true
+	}
 	b, ok := node.(*ast.BinaryNode)
 	if !ok || (b.Operator != "==" && b.Operator != "!=") {
 		return false
@@ -84,6 +115,49 @@ func (g *stepGuard) add(node ast.Node) bool {
 		return false
 	}
 	return true
+}
+
+// regexOf matches matches(get(step, 'path'[, constant]), 'pattern') as the
+// rewrite leaves it: __troy_matches(__meter, get(…), <compiled pattern>).
+func regexOf(node ast.Node) *regexTest {
+	c, ok := node.(*ast.CallNode)
+	if !ok || len(c.Arguments) != 3 {
+		return nil
+	}
+	if fn, ok := c.Callee.(*ast.IdentifierNode); !ok || fn.Value != matchesFunc {
+		return nil
+	}
+	pat, ok := c.Arguments[2].(*ast.ConstantNode)
+	if !ok {
+		return nil
+	}
+	m, ok := pat.Value.(*Matcher)
+	if !ok {
+		return nil
+	}
+	get, ok := c.Arguments[1].(*ast.CallNode)
+	if !ok || len(get.Arguments) < 2 || len(get.Arguments) > 3 {
+		return nil
+	}
+	if fn, ok := get.Callee.(*ast.IdentifierNode); !ok || fn.Value != "get" {
+		return nil
+	}
+	if base, ok := get.Arguments[0].(*ast.IdentifierNode); !ok || base.Value != "step" {
+		return nil
+	}
+	path, ok := get.Arguments[1].(*ast.StringNode)
+	if !ok {
+		return nil
+	}
+	rt := &regexTest{path: path.Value, m: m}
+	if len(get.Arguments) == 3 {
+		d, ok := constant(get.Arguments[2])
+		if !ok {
+			return nil
+		}
+		rt.def = d
+	}
+	return rt
 }
 
 func stepTypeEquality(member, value ast.Node, g *stepGuard) bool {
@@ -138,8 +212,11 @@ func getEquality(call, value ast.Node) *fieldTest {
 		ft.def = d
 	}
 	want, ok := constant(value)
-	if !ok || want == nil {
+	if !ok {
 		return nil
+	}
+	if _, isMap := want.(map[string]any); isMap {
+		return nil // == {} compares maps; not a guard form
 	}
 	ft.want = want
 	return ft
@@ -153,6 +230,10 @@ func constant(n ast.Node) (any, bool) {
 		return v.Value, true
 	case *ast.NilNode:
 		return nil, true
+	case *ast.MapNode:
+		if len(v.Pairs) == 0 { // {} as get's default
+			return map[string]any{}, true
+		}
 	}
 	return nil, false
 }
@@ -171,6 +252,8 @@ func (f *fieldTest) holds(base any) bool {
 	case bool:
 		b, ok := v.(bool)
 		eq = ok && b == w
+	case nil:
+		eq = v == nil
 	}
 	return eq != f.negate
 }
@@ -196,6 +279,11 @@ func (g stepGuard) skips(i int, s *trace.Step) bool {
 	}
 	for _, f := range g.fields {
 		if !f.holds(s) {
+			return true
+		}
+	}
+	for _, r := range g.regexes {
+		if !r.holds(s) {
 			return true
 		}
 	}
