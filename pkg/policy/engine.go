@@ -83,7 +83,6 @@ type Engine struct {
 	hash        string
 	rules       []compiledRule
 	traceGuards bool          // some rule can be ruled out once per trace
-	timed       bool          // some rule is timed
 	budget      time.Duration // per costly rule, per trace
 	memory      int64         // bytes one run may build
 }
@@ -127,7 +126,6 @@ func CompileWith(p *Policy, o Options) (*Engine, error) {
 		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, cost: c, decide: decideWhen(prog.Node()),
 			readsInfo: mentions(prog.Node(), infoNames)}
 		e.traceGuards = e.traceGuards || len(cr.guard.wholes) > 0
-		e.timed = e.timed || c != costFlat
 		e.rules = append(e.rules, cr)
 	}
 	if len(probs) > 0 {
@@ -429,16 +427,16 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 	state := make([]ruleState, len(rules))
 	// At most one clock read per run: a run starts when the previous timed
 	// one ended (the cheap rules between them cost microseconds, and count
-	// toward the next timed rule). A helper-only rule's run that did little
-	// work (a regexp over one step's input) is not timed at all.
+	// toward the next timed rule), or, on a new step, when its first timed
+	// rule starts (a step whose timed rules its guards all skip reads no
+	// clock). A helper-only rule's run that did little work (a regexp over
+	// one step's input) is not timed at all.
 	var last time.Time
 	for i := from; i < to; i++ {
 		s := t.Steps[i]
 		env.at(t, i)
 		cancelled := ctx.Err() != nil
-		if e.timed {
-			last = time.Now()
-		}
+		clocked := false
 		for j, r := range rules {
 			if state[j].stopped || r.guard.skips(i, s) {
 				continue
@@ -454,6 +452,9 @@ func (e *Engine) evaluate(ctx context.Context, t *trace.Trace, from, to int) Res
 				continue
 			}
 			if r.cost != costFlat {
+				if !clocked {
+					last, clocked = time.Now(), true
+				}
 				m.start(last, e.budget-state[j].spent)
 			}
 			out, err := machine.Run(r.program, env)
