@@ -3,6 +3,7 @@
 package events
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -91,6 +92,35 @@ func (r *Rejected) Validate() error {
 		return errors.New("rejection without problems")
 	}
 	return nil
+}
+
+// CheckExplained runs Decode[Explained]'s checks without building the trace
+// (its steps' inputs and outputs are most of a pipeline message's decoding
+// cost): for a stage that only stores the message for now, and decodes it
+// in full when it uses it. It returns the trace id.
+func CheckExplained(data []byte) (string, error) {
+	var p struct {
+		Trace *struct {
+			TraceID string            `json:"trace_id"`
+			Steps   []json.RawMessage `json:"steps"`
+		} `json:"trace"`
+	}
+	fail := func(err error) (string, error) { return "", fmt.Errorf("malformed *events.Explained: %w", err) }
+	if err := Unmarshal(data, &p); err != nil {
+		return fail(err)
+	}
+	if p.Trace == nil || p.Trace.TraceID == "" || len(p.Trace.Steps) == 0 {
+		return fail(errors.New("message carries no trace (trace_id and steps are required)"))
+	}
+	if err := trace.ValidateID(p.Trace.TraceID); err != nil {
+		return fail(fmt.Errorf("trace_id %w", err))
+	}
+	for i, st := range p.Trace.Steps {
+		if string(st) == "null" {
+			return fail(fmt.Errorf("trace %s: steps[%d] is null", p.Trace.TraceID, i))
+		}
+	}
+	return p.Trace.TraceID, nil
 }
 
 func checkTrace(t *trace.Trace) error {

@@ -37,3 +37,22 @@ func TestDecodeRejectsMalformedPayloads(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "t", g.Trace.TraceID)
 }
+
+// CheckExplained refuses what Decode refuses for the trace it carries.
+func TestCheckExplainedAgreesWithDecode(t *testing.T) {
+	for _, body := range []string{
+		`{`, `[]`, `{}`, `{"trace": null}`, `{"trace": {"trace_id": "t"}}`,
+		`{"trace": {"trace_id": "t", "steps": []}}`, `{"trace": {"trace_id": "../x", "steps": [{"step_id": "1", "type": "llm_call"}]}}`,
+		`{"trace": {"trace_id": "t", "steps": [null]}}`,
+		`{"trace": {"trace_id": "t", "agent_name": "a", "steps": [{"step_id": "1", "type": "llm_call"}]}, "explanation": {}}`,
+	} {
+		_, derr := Decode[Explained]([]byte(body))
+		id, cerr := CheckExplained([]byte(body))
+		assert.Equal(t, derr == nil, cerr == nil, "%s: decode %v, check %v", body, derr, cerr)
+		if cerr == nil {
+			assert.Equal(t, "t", id)
+		} else {
+			assert.Contains(t, cerr.Error(), "malformed *events.Explained")
+		}
+	}
+}

@@ -120,10 +120,13 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 		}
 		traceID, other = sc.TraceID, bus.StageExplain
 	case bus.StageExplain:
-		if ex, err = events.Decode[events.Explained](m.Payload); err != nil {
+		// Checked now, decoded in full only when the join completes: an
+		// explanation carries the whole trace, and it arrives first more
+		// often than not.
+		if traceID, err = events.CheckExplained(m.Payload); err != nil {
 			return nil, bus.Permanent(err)
 		}
-		traceID, other = ex.Trace.TraceID, bus.StageScore
+		other = bus.StageScore
 	default:
 		return nil, bus.Permanentf("reporter does not read %s", subject)
 	}
@@ -141,14 +144,18 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reporter: read %s half of %s: %w", other, traceID, err)
 	}
-	// The stored half was validated before it was stored.
+	// The stored half was checked before it was stored; the explanation is
+	// decoded in full here, whichever half it is.
+	explained := m.Payload
 	if sc == nil {
-		sc, err = events.Decode[events.Scored](entry.Value())
+		if sc, err = events.Decode[events.Scored](entry.Value()); err != nil {
+			return nil, bus.Permanent(fmt.Errorf("stored %s half of %s: %w", other, traceID, err))
+		}
 	} else {
-		ex, err = events.Decode[events.Explained](entry.Value())
+		explained = entry.Value()
 	}
-	if err != nil {
-		return nil, bus.Permanent(fmt.Errorf("stored %s half of %s: %w", other, traceID, err))
+	if ex, err = events.Decode[events.Explained](explained); err != nil {
+		return nil, bus.Permanent(fmt.Errorf("explanation of %s: %w", traceID, err))
 	}
 	if sc.TraceID != ex.Trace.TraceID {
 		return nil, bus.Permanentf("join mismatch under key %s: score of %s, explanation of %s", key, sc.TraceID, ex.Trace.TraceID)
