@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -319,6 +320,28 @@ func TestStreamingEndpointsRefuseUpFront(t *testing.T) {
 	code, msg = post("/v1/traces/t2/end", "")
 	assert.Equal(t, http.StatusConflict, code)
 	assert.Contains(t, msg, "has ended")
+
+	code, _ = post("/v1/traces/never/end", "")
+	assert.Equal(t, http.StatusNotFound, code, "nothing to end")
+	big, _ := json.Marshal(func() []map[string]any {
+		var out []map[string]any
+		for i := range 10001 {
+			out = append(out, map[string]any{"step_id": fmt.Sprint(i), "type": "llm_call"})
+		}
+		return out
+	}())
+	code, msg = post("/v1/traces/big/steps", string(big))
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code, "one request over an open trace's limits is refused, not taken and dropped")
+	assert.Contains(t, msg, "10001 steps")
+
+	code, _ = post("/v1/traces/t4/start", `{"agent_name": "bot", "metadata": {"permission_level": "user"}}`)
+	assert.Equal(t, http.StatusAccepted, code)
+	code, _ = post("/v1/traces/t4/end", `{}`)
+	assert.Equal(t, http.StatusAccepted, code, "an empty end body changes nothing")
+	require.Eventually(t, func() bool {
+		code, _ := post("/v1/traces/t4/steps", step)
+		return code == http.StatusConflict
+	}, 5*time.Second, 20*time.Millisecond, "a trace ended with no steps is ended too")
 
 	code, _ = post("/v1/traces/t3/steps", step)
 	assert.Equal(t, http.StatusAccepted, code)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,6 +45,10 @@ type Streaming struct {
 	Log        StreamLog
 	Partitions int
 	Limits     trace.Limits
+	// Open bounds one open trace as the streamer does (stream.DefaultLimits
+	// when zero): a request that alone is over it is refused (413) rather
+	// than taken and dropped.
+	Open stream.Limits
 	// Policy (an id or hash) applies to traces whose first request names
 	// none; "" with no ?policy= is refused.
 	Policy string
@@ -71,12 +76,15 @@ func (s Streaming) Start() http.Handler {
 		if !ok {
 			return
 		}
-		filter := "troy.ingest.*." + fmt.Sprint(bus.Partition(id, s.Partitions)) + "." + id
-		if first, err := s.Log.GetMsg(r.Context(), 1, jetstream.WithGetMsgSubject(filter)); err == nil && first != nil {
-			writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s already has steps: a start must come first (or use a new trace id)", id)})
+		if _, err := s.State.Get(r.Context(), stream.StartedKey(id)); err == nil {
+			writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s was already started", id)})
 			return
-		} else if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		}
+		if has, err := s.hasMessages(r.Context(), id); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "reading the step log: " + err.Error()})
+			return
+		} else if has {
+			writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s already has steps: a start must come first (or use a new trace id)", id)})
 			return
 		}
 		if _, err := s.State.Create(r.Context(), stream.StartedKey(id), body); errors.Is(err, jetstream.ErrKeyExists) {
@@ -118,6 +126,12 @@ func (s Streaming) Steps() http.Handler {
 			writeJSON(w, http.StatusBadRequest, Problem{Error: "invalid steps", Problems: invalid.Problems})
 			return
 		}
+		if open := s.open(); (open.MaxSteps > 0 && len(steps) > open.MaxSteps) || (open.MaxBytes > 0 && len(body) > open.MaxBytes) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, Problem{Error: fmt.Sprintf(
+				"%d steps in %d bytes: over what one open trace may hold (%d steps, %d bytes); send fewer at a time, or a whole trace to POST /v1/traces",
+				len(steps), len(body), open.MaxSteps, open.MaxBytes)})
+			return
+		}
 		hash, ok := s.policy(w, r)
 		if !ok {
 			return
@@ -149,8 +163,8 @@ func (s Streaming) End() http.Handler {
 		if !ok {
 			return
 		}
+		var st stream.Start
 		if len(body) > 0 {
-			var st stream.Start
 			if err := json.Unmarshal(body, &st); err != nil {
 				writeJSON(w, http.StatusBadRequest, Problem{Error: `end body: want nothing, or {"agent_name": "…", "metadata": {…}}: ` + err.Error()})
 				return
@@ -159,8 +173,25 @@ func (s Streaming) End() http.Handler {
 				writeJSON(w, http.StatusBadRequest, Problem{Error: `end body: "reason" is troy's own (idle ends)`})
 				return
 			}
-			if _, err := s.State.Get(r.Context(), stream.StartedKey(id)); err == nil {
+		}
+		started, err := s.State.Get(r.Context(), stream.StartedKey(id))
+		switch {
+		case err == nil:
+			var begun stream.Start
+			_ = json.Unmarshal(started.Value(), &begun)
+			if (st.AgentName != "" && st.AgentName != begun.AgentName) || (len(st.Metadata) > 0 && !reflect.DeepEqual(st.Metadata, begun.Metadata)) {
 				writeJSON(w, http.StatusConflict, Problem{Error: fmt.Sprintf("trace %s was started with its agent and metadata: its end cannot change them", id)})
+				return
+			}
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "reading the trace's state: " + err.Error()})
+			return
+		default:
+			if has, err := s.hasMessages(r.Context(), id); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "reading the step log: " + err.Error()})
+				return
+			} else if !has {
+				writeJSON(w, http.StatusNotFound, Problem{Error: fmt.Sprintf("trace %s has no steps: nothing to end", id)})
 				return
 			}
 		}
@@ -177,10 +208,28 @@ func (s Streaming) End() http.Handler {
 func (s Streaming) traceID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("trace_id")
 	if !bus.ValidTraceToken(id) {
-		writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf("trace id %q: no spaces, '*', '>' or empty dot-separated parts", id)})
+		writeJSON(w, http.StatusBadRequest, Problem{Error: fmt.Sprintf(
+			"trace id %q: at most %d bytes of UTF-8, without spaces, control characters, '/', '\\', '*', '>' or empty dot-separated parts", id, trace.MaxIDBytes)})
 		return "", false
 	}
 	return id, true
+}
+
+// hasMessages reports whether the step log holds a message of the trace.
+func (s Streaming) hasMessages(ctx context.Context, id string) (bool, error) {
+	filter := "troy.ingest.*." + fmt.Sprint(bus.Partition(id, s.Partitions)) + "." + id
+	_, err := s.Log.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (s Streaming) open() stream.Limits {
+	if s.Open.MaxSteps == 0 && s.Open.MaxBytes == 0 {
+		return stream.DefaultLimits()
+	}
+	return s.Open
 }
 
 // notEnded answers 409 for a trace that has ended: what comes after an end

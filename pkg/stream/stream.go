@@ -115,11 +115,20 @@ func (t *Trace) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now t
 	if len(fresh) == 0 {
 		return first, nil
 	}
-	if lim.MaxSteps > 0 && len(t.Steps)+len(fresh) > lim.MaxSteps {
-		return first, fmt.Errorf("%w: %d steps, over the %d-step limit", ErrLimit, len(t.Steps)+len(fresh), lim.MaxSteps)
+	if lim.MaxBytes > 0 && t.Bytes+size > lim.MaxBytes {
+		return first, fmt.Errorf("%w: %d bytes, over the %d-byte limit (the last %d bytes were not taken)", ErrLimit, t.Bytes+size, lim.MaxBytes, size)
 	}
-	if t.Bytes += size; lim.MaxBytes > 0 && t.Bytes > lim.MaxBytes {
-		return first, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrLimit, t.Bytes, lim.MaxBytes)
+	t.Bytes += size
+	// Over the step limit, the steps that fit are taken (and audited), the
+	// rest are not, and the caller closes the trace saying so.
+	var over error
+	if lim.MaxSteps > 0 && len(t.Steps)+len(fresh) > lim.MaxSteps {
+		keep := max(lim.MaxSteps-len(t.Steps), 0)
+		over = fmt.Errorf("%w: %d steps, over the %d-step limit (the last %d were not taken)", ErrLimit, len(t.Steps)+len(fresh), lim.MaxSteps, len(fresh)-keep)
+		fresh = fresh[:keep]
+		if len(fresh) == 0 {
+			return first, over
+		}
 	}
 	inOrder := true
 	for i, st := range fresh {
@@ -136,7 +145,7 @@ func (t *Trace) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now t
 	}
 	t.Steps = append(t.Steps, fresh...)
 	if inOrder { // the common case: appended, nothing moves
-		return first, nil
+		return first, over
 	}
 	moved := make(map[*trace.Step]bool, len(fresh))
 	for _, st := range fresh {
@@ -150,7 +159,7 @@ func (t *Trace) Add(steps []*trace.Step, seq uint64, size int, lim Limits, now t
 			first = min(first, i)
 		}
 	}
-	return first, nil
+	return first, over
 }
 
 // less orders by timestamp when both steps have one, else by arrival.

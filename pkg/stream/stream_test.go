@@ -99,7 +99,8 @@ func TestLimitsCloseATrace(t *testing.T) {
 	s := New("t", "bot", nil, false, "h", time.Now())
 	_, err := s.Add([]*trace.Step{step("1", "a", nil), step("2", "b", nil), step("3", "c", nil)}, 1, 10, Limits{MaxSteps: 2}, time.Now())
 	assert.ErrorIs(t, err, ErrLimit)
-	assert.ErrorContains(t, err, "3 steps, over the 2-step limit")
+	assert.ErrorContains(t, err, "3 steps, over the 2-step limit (the last 1 were not taken)")
+	assert.Len(t, s.Steps, 2, "the steps that fit are taken, and audited when the trace closes")
 	_, err = New("t", "bot", nil, false, "h", time.Now()).Add([]*trace.Step{step("1", "a", nil)}, 1, 500, Limits{MaxBytes: 100}, time.Now())
 	assert.ErrorContains(t, err, "500 bytes, over the 100-byte limit")
 }

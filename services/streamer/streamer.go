@@ -480,9 +480,18 @@ func (s *Service) apply(ctx context.Context, tr *open, id, kind string, body []b
 				return res, false, nil // it had messages since it looked idle: it stays open
 			}
 		}
-		if tr == nil || len(tr.Steps) == 0 {
-			// Nothing was streamed: nothing to end (an idle sweep's end for a
-			// trace closed meanwhile, or an end without steps).
+		if tr == nil {
+			return res, true, nil // nothing open: an idle sweep's end for a trace closed meanwhile
+		}
+		if len(tr.Steps) == 0 {
+			// started, never stepped: it ends with nothing to report, and
+			// what comes after is refused like after any end
+			if live {
+				stone, _ := json.Marshal(stream.Tombstone{EndSeq: seq, Why: "ended with no steps", At: s.cfg.Now().UTC()})
+				if _, err := s.kv.Put(ctx, stream.EndedKey(tr.ID), stone); err != nil {
+					return res, false, fmt.Errorf("streamer: record the end of %s: %w", tr.ID, err)
+				}
+			}
 			return res, true, nil
 		}
 		if tr.overLimits {
