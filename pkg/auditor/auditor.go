@@ -108,14 +108,14 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		cfg:      cfg,
 		sink:     sink,
 		total:    total,
-		done:     map[string]report.Entry{},
+		done:     map[string][]byte{},
 		inflight: map[string]bool{},
 		slots:    make(chan struct{}, cfg.Window),
 		byTrace:  map[string]string{},
 		changed:  make(chan struct{}, 1),
 	}
 	for _, e := range cfg.Finished {
-		c.done[e.Source] = e
+		c.done[e.Source] = encodeEntry(e)
 		if e.Status == report.StatusAudited {
 			c.byTrace[e.TraceID] = e.Source
 		}
@@ -252,10 +252,12 @@ type collector struct {
 	sink     Sink
 	total    int
 
-	mu       sync.Mutex
-	done     map[string]report.Entry // by source
-	inflight map[string]bool         // sent, waiting for an outcome
-	byTrace  map[string]string       // trace id -> first source reported with it
+	mu sync.Mutex
+	// done holds each finished input's entry, encoded: the struct with its
+	// severity map took ~1 KB an input, a batch of 100k a hundred MB.
+	done     map[string][]byte // by source
+	inflight map[string]bool   // sent, waiting for an outcome
+	byTrace  map[string]string // trace id -> first source reported with it
 	slots    chan struct{}
 	changed  chan struct{}
 }
@@ -389,7 +391,7 @@ func (c *collector) finish(e report.Entry, o Outcome) error {
 			c.byTrace[e.TraceID] = e.Source
 		}
 	}
-	c.done[e.Source] = e
+	c.done[e.Source] = encodeEntry(e)
 	wasInflight := c.inflight[e.Source]
 	delete(c.inflight, e.Source)
 	n := len(c.done)
@@ -418,17 +420,17 @@ func (c *collector) finish(e report.Entry, o Outcome) error {
 func (c *collector) wait(ctx context.Context, order []string) error {
 	timer := time.NewTimer(c.idle())
 	defer timer.Stop()
+	next := 0 // order[:next] are done: each check goes on from there, not from the start
 	for {
 		c.mu.Lock()
-		complete := true
-		for _, s := range order {
-			if _, ok := c.done[s]; !ok {
-				complete = false
+		for next < len(order) {
+			if _, ok := c.done[order[next]]; !ok {
 				break
 			}
+			next++
 		}
 		c.mu.Unlock()
-		if complete {
+		if next == len(order) {
 			return nil
 		}
 		select {
@@ -452,9 +454,23 @@ func (c *collector) entries(order []string) []report.Entry {
 			continue
 		}
 		seen[s] = true
-		out = append(out, c.done[s])
+		var e report.Entry
+		if err := json.Unmarshal(c.done[s], &e); err != nil {
+			e = report.Entry{Source: s, Status: report.StatusRejected, Problems: []string{"troy lost this input's outcome: " + err.Error()}}
+		}
+		out = append(out, e)
 	}
 	return out
+}
+
+// encodeEntry is an entry as done keeps it.
+func encodeEntry(e report.Entry) []byte {
+	b, err := json.Marshal(e)
+	if err != nil { // strings, numbers and a map: not expected, but never a crash
+		b, _ = json.Marshal(report.Entry{Source: e.Source, TraceID: e.TraceID, Status: report.StatusRejected,
+			Problems: []string{"troy could not record this input's outcome: " + err.Error()}})
+	}
+	return b
 }
 
 func storedOutcomes(ctx context.Context, js jetstream.JetStream, run string) (uint64, error) {
