@@ -56,3 +56,19 @@ func TestCheckExplainedAgreesWithDecode(t *testing.T) {
 		}
 	}
 }
+
+// The reporter stores an explanation on CheckExplained's word and decodes
+// it later: whatever Decode accepts, CheckExplained accepts, with the same
+// trace id; and neither panics on any input.
+func FuzzCheckExplained(f *testing.F) {
+	f.Add([]byte(`{"trace": {"trace_id": "t", "agent_name": "a", "steps": [{"step_id": "1", "type": "llm_call"}]}, "explanation": {}}`))
+	f.Add([]byte(`{"trace": {"trace_id": "t", "steps": [null]}}`))
+	f.Add([]byte(`{"trace": {"trace_id": "..", "steps": [{}]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ex, derr := Decode[Explained](data)
+		id, cerr := CheckExplained(data)
+		if derr == nil && (cerr != nil || id != ex.Trace.TraceID) {
+			t.Fatalf("Decode accepts %q (trace %s) but CheckExplained says %q, %v", data, ex.Trace.TraceID, id, cerr)
+		}
+	})
+}
