@@ -1,11 +1,8 @@
 package bus
 
 import (
-	"context"
 	"errors"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -42,29 +39,4 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 		}
 	}
 	return c
-}
-
-// Observe counts each message's outcome and times its handling. Place it
-// outside DeadLetter so dead letters are counted as such.
-func (mt *Metrics) Observe(stage string) Middleware {
-	ok := mt.messages.WithLabelValues(stage, "ok")
-	retry := mt.messages.WithLabelValues(stage, "retry")
-	dead := mt.messages.WithLabelValues(stage, "dead_letter")
-	hist := mt.duration.WithLabelValues(stage)
-	return func(next Handler) Handler {
-		return func(ctx context.Context, m jetstream.Msg) error {
-			start := time.Now()
-			err := next(ctx, m)
-			hist.Observe(time.Since(start).Seconds())
-			switch {
-			case err == nil:
-				ok.Inc()
-			case errors.Is(err, errSettled):
-				dead.Inc()
-			default:
-				retry.Inc()
-			}
-			return err
-		}
-	}
 }

@@ -31,35 +31,6 @@ func NewDeps(js jetstream.JetStream, log zerolog.Logger, reg prometheus.Register
 	return Deps{JS: js, Topology: topo, Log: log, Metrics: NewMetrics(reg)}, nil
 }
 
-// RunStage consumes the named durable consumer with h, wrapped in the
-// standard middleware (metrics, dead-lettering, panic recovery, a keep-alive
-// so a long handler's message is not redelivered while it runs) and then any
-// extra given.
-func RunStage(ctx context.Context, d Deps, consumer string, workers int, h Handler, extra ...Middleware) error {
-	c, ok := d.Topology.Consumer(consumer)
-	if !ok {
-		return fmt.Errorf("stage %s: no consumer of that name in pipelines/topology.yaml", consumer)
-	}
-	cons, err := d.JS.Consumer(ctx, c.Stream, consumer)
-	if err != nil {
-		return fmt.Errorf("stage %s: consumer on %s: %w (was the topology provisioned?)", consumer, c.Stream, err)
-	}
-	log := d.Log.With().Str("stage", consumer).Logger()
-	maxDeliver := d.Topology.ConsumerDefaults.MaxDeliver
-	if c.MaxDeliver != 0 { // as Provision set up the consumer
-		maxDeliver = c.MaxDeliver
-	}
-	mws := append([]Middleware{
-		d.Metrics.Observe(consumer),
-		DeadLetter(d.JS, consumer, maxDeliver, log),
-		Recover(),
-		KeepAlive(max(d.Topology.ConsumerDefaults.AckWait.Duration/3, 100*time.Millisecond)),
-	}, extra...)
-	wrapped := Chain(h, mws...)
-	log.Debug().Int("workers", workers).Msg("stage running")
-	return Consume(ctx, cons, wrapped, ConsumeConfig{Workers: workers, Log: log})
-}
-
 // MaxSubjectBytes bounds the subjects troy publishes on: a line longer than
 // the server's max_control_line (4 KiB by default) makes it close the
 // connection, and every service on it stops.

@@ -1,6 +1,6 @@
-// Package bus connects troy to NATS JetStream: the embedded server, client
-// connections, topology provisioning, subjects and headers, and the consumer
-// loop with its middleware.
+// Package bus connects troy to NATS JetStream: client connections,
+// topology provisioning, subjects and headers, and the pipeline stages on
+// watermill's router over a JetStream Publisher/Subscriber pair.
 package bus
 
 import (
