@@ -15,10 +15,8 @@ import (
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
-	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/policy"
-	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/score"
 	"github.com/troy-audit/troy/pkg/stream"
 	"github.com/troy-audit/troy/pkg/stream/streamtest"
@@ -84,21 +82,7 @@ func TestStreamedFindingsEqualTheBatchAudit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 3,000+ steps")
 	}
-	srv, deps := bustest.Provisioned(t)
-	p := benchPolicy(t)
-	store, err := policystore.Open(context.Background(), srv.JS)
-	require.NoError(t, err)
-	_, err = store.Push(context.Background(), p)
-	require.NoError(t, err)
-	engine, err := policy.Compile(p)
-	require.NoError(t, err)
-	rs := all(t, deps)
-	cfg := streamer.DefaultConfig()
-	cfg.DefaultPolicy = p.PolicyID
-	st, err := streamer.New(context.Background(), deps, cfg)
-	require.NoError(t, err)
-	rs[len(rs)-1] = st
-	start(t, rs...)
+	srv, engine := startStreamingWith(t, benchPolicy(t), streamer.DefaultConfig().IdleTimeout)
 	reports := subscribe(t, srv.NC, "troy.report.live")
 
 	var traces []*trace.Trace
@@ -137,7 +121,9 @@ func TestStreamedFindingsEqualTheBatchAudit(t *testing.T) {
 	// a message purged before its ack would never be redelivered).
 	steps, err := srv.JS.Stream(context.Background(), pipelines.StreamSteps)
 	require.NoError(t, err)
-	parts := uint64(bus.StreamPartitions(deps.Topology))
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+	parts := uint64(bus.StreamPartitions(topo))
 	require.Eventually(t, func() bool {
 		info, err := steps.Info(context.Background())
 		return err == nil && info.State.Msgs <= parts

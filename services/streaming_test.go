@@ -47,21 +47,32 @@ rules:
 
 func startStreaming(t *testing.T, idle time.Duration) (*bustest.Server, *policy.Policy) {
 	t.Helper()
-	srv, deps := bustest.Provisioned(t)
 	p, err := policy.Parse([]byte(streamingPolicy))
 	require.NoError(t, err)
+	srv, _ := startStreamingWith(t, p, idle)
+	return srv, p
+}
+
+// startStreamingWith starts the pipeline and a streamer whose default
+// policy is p (pushed to the store), and returns p compiled, for the batch
+// audit a test compares with.
+func startStreamingWith(t *testing.T, p *policy.Policy, idle time.Duration) (*bustest.Server, *policy.Engine) {
+	t.Helper()
+	srv, deps := bustest.Provisioned(t)
 	store, err := policystore.Open(context.Background(), srv.JS)
 	require.NoError(t, err)
 	_, err = store.Push(context.Background(), p)
 	require.NoError(t, err)
+	engine, err := policy.Compile(p)
+	require.NoError(t, err)
 	rs := all(t, deps)
 	cfg := streamer.DefaultConfig()
-	cfg.IdleTimeout, cfg.DefaultPolicy = idle, "streaming"
+	cfg.IdleTimeout, cfg.DefaultPolicy = idle, p.PolicyID
 	st, err := streamer.New(context.Background(), deps, cfg)
 	require.NoError(t, err)
 	rs[len(rs)-1] = st
 	start(t, rs...)
-	return srv, p
+	return srv, engine
 }
 
 func sendStep(t *testing.T, srv *bustest.Server, traceID, body string) {
@@ -208,26 +219,13 @@ func TestOTLPExportIsStreamed(t *testing.T) {
 // including a rule on earlier steps (external-after-pii) that only became
 // true once an earlier-stamped step arrived late.
 func TestOutOfOrderStepsAreResequenced(t *testing.T) {
-	srv, deps := bustest.Provisioned(t)
 	p, err := policy.Parse([]byte(streamingPolicy + `
   - rule_id: external-after-pii
     condition: get(step, 'metadata.network_zone') == 'external' and any_prev({ get(#, 'metadata.data_classification') == 'pii' })
     severity: high
 `))
 	require.NoError(t, err)
-	store, err := policystore.Open(context.Background(), srv.JS)
-	require.NoError(t, err)
-	_, err = store.Push(context.Background(), p)
-	require.NoError(t, err)
-	engine, err := policy.Compile(p)
-	require.NoError(t, err)
-	rs := all(t, deps)
-	cfg := streamer.DefaultConfig()
-	cfg.DefaultPolicy = "streaming"
-	st, err := streamer.New(context.Background(), deps, cfg)
-	require.NoError(t, err)
-	rs[len(rs)-1] = st
-	start(t, rs...)
+	srv, engine := startStreamingWith(t, p, streamer.DefaultConfig().IdleTimeout)
 	reports := subscribe(t, srv.NC, "troy.report.live")
 
 	ordered, err := parseTrace([]byte(`{"trace_id": "ooo", "agent_name": "booking-bot", "steps": [

@@ -59,11 +59,7 @@ type Streaming struct {
 // front, so the rules that read them are decided as its steps arrive.
 func (s Streaming) Start() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := s.traceID(w, r)
-		if !ok || !s.notEnded(w, r, id) {
-			return
-		}
-		body, ok := readBody(w, r, s.Limits.MaxBytes)
+		id, body, ok := s.request(w, r)
 		if !ok {
 			return
 		}
@@ -112,11 +108,7 @@ func (s Streaming) Start() http.Handler {
 // trace's partition for the streamer (202).
 func (s Streaming) Steps() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := s.traceID(w, r)
-		if !ok || !s.notEnded(w, r, id) {
-			return
-		}
-		body, ok := readBody(w, r, s.Limits.MaxBytes)
+		id, body, ok := s.request(w, r)
 		if !ok {
 			return
 		}
@@ -155,11 +147,7 @@ func (s Streaming) Steps() http.Handler {
 // trace is complete; its last verdicts and its report follow.
 func (s Streaming) End() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := s.traceID(w, r)
-		if !ok || !s.notEnded(w, r, id) {
-			return
-		}
-		body, ok := readBody(w, r, s.Limits.MaxBytes)
+		id, body, ok := s.request(w, r)
 		if !ok {
 			return
 		}
@@ -203,6 +191,18 @@ func (s Streaming) End() http.Handler {
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"trace_id": id, "ended": true})
 	})
+}
+
+// request is what every streaming endpoint checks first: the trace id, that
+// the trace has not ended, and the body within its limit.
+func (s Streaming) request(w http.ResponseWriter, r *http.Request) (id string, body []byte, ok bool) {
+	if id, ok = s.traceID(w, r); !ok || !s.notEnded(w, r, id) {
+		return "", nil, false
+	}
+	if body, ok = readBody(w, r, s.Limits.MaxBytes); !ok {
+		return "", nil, false
+	}
+	return id, body, true
 }
 
 func (s Streaming) traceID(w http.ResponseWriter, r *http.Request) (string, bool) {

@@ -346,34 +346,6 @@ func (s *Stepwise) Rule(rule, i int) (Violation, bool, *RuleError) {
 	return Violation{}, false, nil
 }
 
-// EvaluateRule runs one rule (by its index in the policy) on step i, with
-// the trace as it is so far in scope, within the rule's budget.
-func (e *Engine) EvaluateRule(t *trace.Trace, rule, i int) (Violation, bool, *RuleError) {
-	r := e.rules[rule]
-	env := newEnv(t)
-	env.at(t, i)
-	s := t.Steps[i]
-	if r.guard.skipsTrace(env) || r.guard.skips(i, s) {
-		return Violation{}, false, nil
-	}
-	if r.guard.complete {
-		return r.violation(s, i), true, nil
-	}
-	if r.cost != costFlat {
-		env.Meter = newMeter(context.Background(), e.budget, e.memory)
-		env.Meter.start(time.Now(), e.budget)
-	}
-	var machine vm.VM
-	out, err := machine.Run(r.program, env)
-	if err != nil {
-		return Violation{}, false, &RuleError{RuleID: r.RuleID, StepID: s.StepID, StepIndex: i, Error: r.errorText(err)}
-	}
-	if fired, _ := out.(bool); fired {
-		return r.violation(s, i), true, nil
-	}
-	return Violation{}, false, nil
-}
-
 // Policy returns the policy the engine was compiled from.
 func (e *Engine) Policy() *Policy { return e.policy }
 
