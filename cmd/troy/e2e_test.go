@@ -393,17 +393,8 @@ func TestServeTargetsAgainstACluster(t *testing.T) {
 	traces, policy := examples(t)
 	dir := t.TempDir()
 	srv := bustest.RunServer(t)
-	for i, targets := range []string{"ingest,graph,evaluator", "explainer,scorer,reporter"} {
-		cmd := exec.Command(troyBin, "serve", "--target", targets, "--nats-url", srv.URL, "--http-addr", "127.0.0.1:0", "--log-format", "json")
-		cmd.Dir = dir
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start(), "serve %d", i)
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		})
-		readServeBanner(t, out, false)
+	for _, targets := range []string{"ingest,graph,evaluator", "explainer,scorer,reporter"} {
+		serveTarget(t, dir, srv.URL, targets)
 	}
 	r := troy(t, dir, "audit-batch", traces, policy, "--out-dir", "out", "--nats-url", srv.URL, "--fail-on", "critical")
 	assert.Equal(t, 2, r.code, r.stderr)
@@ -416,6 +407,26 @@ func TestServeTargetsAgainstACluster(t *testing.T) {
 
 var bannerNATS = regexp.MustCompile(`nats: (nats://\S+)`)
 var bannerHTTP = regexp.MustCompile(`http: (http://\S+)`)
+
+// serveTarget starts `troy serve --target targets` against the NATS server
+// at url, with no LLM configured, stopped (SIGTERM) when the test ends. It
+// returns the process and its HTTP address.
+func serveTarget(t *testing.T, dir, url, targets string, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(troyBin, append([]string{"serve", "--target", targets, "--nats-url", url, "--http-addr", "127.0.0.1:0",
+		"--log-format", "json"}, extra...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start(), "serve --target %s", targets)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	_, httpURL := readServeBanner(t, out, false)
+	return cmd, httpURL
+}
 
 func readServeBanner(t *testing.T, r io.Reader, embedded bool) (natsURL, httpURL string) {
 	t.Helper()

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,17 +43,7 @@ func TestTwoEvaluatorsSplitABatch(t *testing.T) {
 	require.NoError(t, f.Close())
 
 	start := func(targets string) string {
-		cmd := exec.Command(troyBin, "serve", "--target", targets, "--nats-url", srv.URL, "--http-addr", "127.0.0.1:0", "--log-format", "json")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		})
-		_, httpURL := readServeBanner(t, out, false)
+		_, httpURL := serveTarget(t, dir, srv.URL, targets)
 		return httpURL
 	}
 	start("ingest,graph,explainer,scorer,reporter")

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,18 +50,7 @@ func TestStreamerKilledMidStream(t *testing.T) {
 		http string
 	}
 	start := func(targets string, extra ...string) proc {
-		cmd := exec.Command(troyBin, append([]string{"serve", "--target", targets, "--nats-url", srv.URL, "--http-addr", "127.0.0.1:0",
-			"--log-format", "json", "--policy", policyFile}, extra...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		})
-		_, httpURL := readServeBanner(t, out, false)
+		cmd, httpURL := serveTarget(t, dir, srv.URL, targets, append([]string{"--policy", policyFile}, extra...)...)
 		return proc{cmd, httpURL}
 	}
 	start("ingest,graph,evaluator,explainer,scorer,reporter")
