@@ -34,6 +34,14 @@ type Pricing struct {
 
 // Cost of one call.
 func (p *Pricing) Cost(model string, prompt, completion int) float64 {
+	c, _ := p.Price(model, Usage{InputTokens: prompt, OutputTokens: completion})
+	return c
+}
+
+// Price of one call's usage, and whether the model has a price at all.
+// Cached input is a tenth of the input price, writes to the cache a
+// quarter more (the common list-price shape).
+func (p *Pricing) Price(model string, u Usage) (float64, bool) {
 	price, ok := p.Prices[model]
 	if !ok { // dated variants (gpt-4o-mini-2024-07-18): the longest name that prefixes it
 		best := ""
@@ -47,7 +55,10 @@ func (p *Pricing) Cost(model string, prompt, completion int) float64 {
 		if _, warned := p.once.LoadOrStore(model, true); !warned && p.Warn != nil {
 			p.Warn(model)
 		}
-		return 0
+		return 0, false
 	}
-	return (float64(prompt)*price.Input + float64(completion)*price.Output) / 1e6
+	in := float64(u.InputTokens-u.CacheReadTokens) * price.Input
+	cached := float64(u.CacheReadTokens) * price.Input * 0.10
+	written := float64(u.CacheWriteTokens) * price.Input * 1.25
+	return (in + cached + written + float64(u.OutputTokens)*price.Output) / 1e6, true
 }
