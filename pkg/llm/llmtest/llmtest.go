@@ -19,9 +19,24 @@ import (
 type Request struct {
 	Model    string `json:"model"`
 	Messages []struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role       string `json:"role"`
+		Content    string `json:"content"`
+		ToolCallID string `json:"tool_call_id"`
+		ToolCalls  []struct {
+			ID       string `json:"id"`
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
 	} `json:"messages"`
+	Tools []struct {
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice     any `json:"tool_choice"`
 	ResponseFormat *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
@@ -34,8 +49,11 @@ type Response struct {
 	Status  int
 	Header  map[string]string
 	Content string
-	Body    string
-	Delay   time.Duration
+	// ToolCalls are answered as the assistant's tool calls: name and
+	// arguments (JSON text).
+	ToolCalls [][2]string
+	Body      string
+	Delay     time.Duration
 }
 
 // Server counts calls and the most calls it had in flight at once.
@@ -107,11 +125,20 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, resp.Body)
 		return
 	}
+	msg := map[string]any{"role": "assistant", "content": resp.Content}
+	finish := "stop"
+	if len(resp.ToolCalls) > 0 {
+		var calls []any
+		for i, c := range resp.ToolCalls {
+			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_%d", call, i), "type": "function",
+				"function": map[string]any{"name": c[0], "arguments": c[1]}})
+		}
+		msg["tool_calls"], finish = calls, "tool_calls"
+	}
 	out, _ := json.Marshal(map[string]any{
 		"id": fmt.Sprintf("chatcmpl-%d", call), "object": "chat.completion", "created": 0, "model": req.Model,
-		"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
-			"message": map[string]any{"role": "assistant", "content": resp.Content}}},
-		"usage": map[string]any{"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+		"choices": []any{map[string]any{"index": 0, "finish_reason": finish, "message": msg}},
+		"usage":   map[string]any{"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
 	})
 	w.Write(out)
 }
