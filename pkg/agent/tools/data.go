@@ -1,0 +1,435 @@
+package tools
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
+)
+
+// Limits of analyze_data.
+const (
+	MaxDataRows      = 50
+	MaxDataFileBytes = 256 << 20
+	dataMemoryLimit  = "512MB"
+)
+
+// AnalyzeData answers questions about a tabular file in the workspace with
+// DuckDB. The file is copied into an in-memory table; then the connection
+// loses all access to files, extensions and settings, so a `query` can read
+// only that table and change nothing outside it.
+type AnalyzeData struct{}
+
+type dataArgs struct {
+	Operation  string            `json:"operation"`
+	Path       string            `json:"path"`
+	N          int               `json:"n"`
+	Expression string            `json:"expression"`
+	Column     string            `json:"column"`
+	Columns    []string          `json:"columns"`
+	GroupBy    any               `json:"group_by"`
+	Agg        map[string]string `json:"agg"`
+}
+
+// Spec implements Tool.
+func (AnalyzeData) Spec() Spec {
+	return Spec{
+		Name: "analyze_data",
+		Description: "Analyse a CSV, TSV, JSON, JSONL or Parquet file in the workspace: profile, head, describe, value_counts, aggregate, correlate, " +
+			"or query (one read-only SQL SELECT over the table `data`). Output is at most 50 rows.",
+		Safety:  ReadOnly,
+		Returns: "a table as text",
+		InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false,"required":["operation","path"],
+ "properties":{
+  "operation":{"type":"string","enum":["profile","head","describe","query","aggregate","value_counts","correlate"]},
+  "path":{"type":"string","minLength":1},
+  "n":{"type":"integer","minimum":1,"maximum":50,"default":10},
+  "expression":{"type":"string","description":"query: a SELECT over the table data"},
+  "column":{"type":"string","description":"value_counts: the column"},
+  "columns":{"type":"array","items":{"type":"string"},"description":"correlate: numeric columns (default all)"},
+  "group_by":{"oneOf":[{"type":"string"},{"type":"array","items":{"type":"string"},"minItems":1}]},
+  "agg":{"type":"object","additionalProperties":{"type":"string","enum":["sum","mean","avg","min","max","count","median","std"]},
+         "description":"aggregate: {column: function}"}}}`),
+	}
+}
+
+// Run implements Tool.
+func (AnalyzeData) Run(ctx context.Context, env *Env, raw json.RawMessage) (Output, *Error) {
+	var a dataArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return Output{}, Errorf(InvalidInput, "analyze_data arguments: %v", err)
+	}
+	if a.N <= 0 {
+		a.N = 10
+	}
+	switch {
+	case a.Operation == "query" && strings.TrimSpace(a.Expression) == "":
+		return Output{}, Errorf(InvalidInput, "`expression` is required for query.").Fix("Send a SELECT over the table `data`.")
+	case a.Operation == "value_counts" && a.Column == "":
+		return Output{}, Errorf(InvalidInput, "`column` is required for value_counts.")
+	case a.Operation == "aggregate" && (a.GroupBy == nil || len(a.Agg) == 0):
+		return Output{}, Errorf(InvalidInput, "`group_by` and `agg` are required for aggregate.").
+			Fix(`For example group_by: "region", agg: {"revenue": "sum"}.`)
+	}
+	file, e := dataFile(env, a.Path)
+	if e != nil {
+		return Output{}, e
+	}
+	reader, e := readerFor(file)
+	if e != nil {
+		return Output{}, e
+	}
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		return Output{}, Errorf(DependencyMissing, "DuckDB could not start: %v", err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return Output{}, Errorf(Internal, "DuckDB connection: %v", err)
+	}
+	defer conn.Close()
+	for _, s := range []string{"SET threads = 1", "SET memory_limit = '" + dataMemoryLimit + "'", "SET autoinstall_known_extensions = false", "SET autoload_known_extensions = false"} {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			return Output{}, Errorf(Internal, "DuckDB setting %q: %v", s, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE data AS SELECT * FROM "+reader); err != nil {
+		if ctx.Err() != nil {
+			return Output{}, Errorf(Timeout, "Reading %s was stopped: %v", a.Path, ctx.Err())
+		}
+		return Output{}, Errorf(ExecutionFailed, "Could not parse %s: %s", a.Path, cleanDuck(err)).
+			Fix("Check the file's format matches its extension.")
+	}
+	// From here on the connection reads nothing but the table.
+	for _, s := range []string{"SET enable_external_access = false", "SET lock_configuration = true"} {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			return Output{}, Errorf(Internal, "DuckDB setting %q: %v", s, err)
+		}
+	}
+	cols, types, e := columns(ctx, conn)
+	if e != nil {
+		return Output{}, e
+	}
+	d := &dataset{conn: conn, cols: cols, types: types}
+	switch a.Operation {
+	case "profile":
+		return d.profile(ctx)
+	case "head":
+		return d.table(ctx, fmt.Sprintf("SELECT * FROM data LIMIT %d", a.N), "SELECT count(*) FROM data")
+	case "describe":
+		return d.table(ctx, "SELECT * FROM (SUMMARIZE data)", "")
+	case "value_counts":
+		if !slices.Contains(cols, a.Column) {
+			return Output{}, unknownColumn(a.Column, cols)
+		}
+		q := fmt.Sprintf("SELECT %s, count(*) AS count FROM data GROUP BY ALL ORDER BY count DESC, 1 LIMIT %d", ident(a.Column), a.N)
+		return d.table(ctx, q, fmt.Sprintf("SELECT count(DISTINCT %s) FROM data", ident(a.Column)))
+	case "aggregate":
+		return d.aggregate(ctx, a)
+	case "correlate":
+		return d.correlate(ctx, a.Columns)
+	case "query":
+		return d.query(ctx, a.Expression)
+	}
+	return Output{}, Errorf(InvalidInput, "Unknown operation %q.", a.Operation)
+}
+
+// dataFile confines the path to the workspace, following links only as far
+// as they stay inside it.
+func dataFile(env *Env, raw string) (string, *Error) {
+	p, e := Confine(raw)
+	if e != nil {
+		return "", e
+	}
+	if env.Root == nil {
+		return "", Errorf(Internal, "analyze_data: the run has no workspace")
+	}
+	fi, err := env.Root.Stat(p) // refuses links that lead out
+	if err != nil {
+		return "", fsError(err, raw)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", Errorf(InvalidInput, "%s is not a regular file.", raw)
+	}
+	if fi.Size() > MaxDataFileBytes {
+		return "", Errorf(ResourceLimit, "%s is %d bytes; analyze_data reads at most %d.", raw, fi.Size(), MaxDataFileBytes)
+	}
+	ws, err := filepath.EvalSymlinks(env.Root.Name())
+	if err != nil {
+		return "", Errorf(Internal, "workspace: %v", err)
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(ws, filepath.FromSlash(p)))
+	if err != nil {
+		return "", fsError(err, raw)
+	}
+	if rel, err := filepath.Rel(ws, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", Errorf(UnsafeOperation, "Path escapes the workspace sandbox: %s", raw)
+	}
+	return real, nil
+}
+
+func readerFor(file string) (string, *Error) {
+	lit := "'" + strings.ReplaceAll(file, "'", "''") + "'"
+	switch ext := strings.ToLower(filepath.Ext(file)); ext {
+	case ".csv":
+		return "read_csv(" + lit + ", auto_detect = true)", nil
+	case ".tsv":
+		return "read_csv(" + lit + ", auto_detect = true, delim = '\t')", nil
+	case ".json":
+		return "read_json_auto(" + lit + ")", nil
+	case ".jsonl", ".ndjson":
+		return "read_json_auto(" + lit + ", format = 'newline_delimited')", nil
+	case ".parquet":
+		return "read_parquet(" + lit + ")", nil
+	default:
+		if ext == "" {
+			ext = "(none)"
+		}
+		return "", Errorf(InvalidInput, "Unsupported file type: %s", ext).Fix("analyze_data reads .csv, .tsv, .json, .jsonl and .parquet files.")
+	}
+}
+
+func ident(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+var duckNoise = regexp.MustCompile(`(?s)\n\s*LINE \d+:.*$`)
+
+// cleanDuck keeps DuckDB's message and drops the echo of the SQL.
+func cleanDuck(err error) string {
+	msg := duckNoise.ReplaceAllString(err.Error(), "")
+	if len(msg) > 600 {
+		msg = msg[:600] + "…"
+	}
+	return msg
+}
+
+func unknownColumn(c string, cols []string) *Error {
+	return Errorf(InvalidInput, "No column named %q.", c).Fix("Columns: " + strings.Join(cols, ", ") + ".")
+}
+
+func columns(ctx context.Context, conn *sql.Conn) ([]string, []string, *Error) {
+	rows, err := conn.QueryContext(ctx, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'data' ORDER BY ordinal_position")
+	if err != nil {
+		return nil, nil, Errorf(Internal, "columns: %v", err)
+	}
+	defer rows.Close()
+	var cols, types []string
+	for rows.Next() {
+		var c, t string
+		if err := rows.Scan(&c, &t); err != nil {
+			return nil, nil, Errorf(Internal, "columns: %v", err)
+		}
+		cols, types = append(cols, c), append(types, t)
+	}
+	return cols, types, nil
+}
+
+type dataset struct {
+	conn  *sql.Conn
+	cols  []string
+	types []string
+}
+
+func (d *dataset) scalar(ctx context.Context, q string) (int64, error) {
+	var n int64
+	err := d.conn.QueryRowContext(ctx, q).Scan(&n)
+	return n, err
+}
+
+func (d *dataset) profile(ctx context.Context) (Output, *Error) {
+	rows, err := d.scalar(ctx, "SELECT count(*) FROM data")
+	if err != nil {
+		return Output{}, Errorf(ExecutionFailed, "%s", cleanDuck(err))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "shape: %d rows x %d columns\n", rows, len(d.cols))
+	for i, c := range d.cols {
+		var nulls, unique int64
+		q := fmt.Sprintf("SELECT count(*) - count(%[1]s), count(DISTINCT %[1]s) FROM data", ident(c))
+		if err := d.conn.QueryRowContext(ctx, q).Scan(&nulls, &unique); err != nil {
+			return Output{}, Errorf(ExecutionFailed, "%s", cleanDuck(err))
+		}
+		fmt.Fprintf(&b, "- %s (%s): nulls=%d unique=%d", c, d.types[i], nulls, unique)
+		if numeric(d.types[i]) {
+			var lo, hi, mean sql.NullFloat64
+			q := fmt.Sprintf("SELECT min(%[1]s), max(%[1]s), avg(%[1]s) FROM data", ident(c))
+			if err := d.conn.QueryRowContext(ctx, q).Scan(&lo, &hi, &mean); err == nil && mean.Valid {
+				fmt.Fprintf(&b, " min=%g max=%g mean=%.4g", lo.Float64, hi.Float64, mean.Float64)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return Output{Content: strings.TrimRight(b.String(), "\n"), Data: map[string]any{"rows": rows, "columns": d.cols}}, nil
+}
+
+func numeric(t string) bool {
+	t = strings.ToUpper(t)
+	for _, p := range []string{"INT", "DOUBLE", "FLOAT", "DECIMAL", "REAL", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT", "UINTEGER"} {
+		if strings.Contains(t, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var aggFuncs = map[string]string{"sum": "sum", "mean": "avg", "avg": "avg", "min": "min", "max": "max", "count": "count", "median": "median", "std": "stddev_samp"}
+
+func (d *dataset) aggregate(ctx context.Context, a dataArgs) (Output, *Error) {
+	var groups []string
+	switch g := a.GroupBy.(type) {
+	case string:
+		groups = []string{g}
+	case []any:
+		for _, x := range g {
+			s, _ := x.(string)
+			groups = append(groups, s)
+		}
+	}
+	var sel, gb []string
+	for _, g := range groups {
+		if !slices.Contains(d.cols, g) {
+			return Output{}, unknownColumn(g, d.cols)
+		}
+		sel, gb = append(sel, ident(g)), append(gb, ident(g))
+	}
+	keys := make([]string, 0, len(a.Agg))
+	for k := range a.Agg {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, c := range keys {
+		if !slices.Contains(d.cols, c) {
+			return Output{}, unknownColumn(c, d.cols)
+		}
+		fn := a.Agg[c]
+		sel = append(sel, fmt.Sprintf("%s(%s) AS %s", aggFuncs[fn], ident(c), ident(fn+"_"+c)))
+	}
+	q := fmt.Sprintf("SELECT %s FROM data GROUP BY %s ORDER BY %d DESC", strings.Join(sel, ", "), strings.Join(gb, ", "), len(groups)+1)
+	return d.table(ctx, q, fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM data GROUP BY %s)", strings.Join(gb, ", ")))
+}
+
+func (d *dataset) correlate(ctx context.Context, want []string) (Output, *Error) {
+	var cols []string
+	for i, c := range d.cols {
+		if len(want) == 0 && numeric(d.types[i]) {
+			cols = append(cols, c)
+		}
+	}
+	for _, c := range want {
+		if !slices.Contains(d.cols, c) {
+			return Output{}, unknownColumn(c, d.cols)
+		}
+		cols = append(cols, c)
+	}
+	if len(cols) < 2 {
+		return Output{}, Errorf(InvalidInput, "correlate needs at least two numeric columns; found %d.", len(cols))
+	}
+	var parts []string
+	for i := range cols {
+		for j := i + 1; j < len(cols); j++ {
+			parts = append(parts, fmt.Sprintf("SELECT '%s' AS a, '%s' AS b, corr(%s, %s) AS corr FROM data",
+				strings.ReplaceAll(cols[i], "'", "''"), strings.ReplaceAll(cols[j], "'", "''"), ident(cols[i]), ident(cols[j])))
+		}
+	}
+	q := "SELECT * FROM (" + strings.Join(parts, " UNION ALL ") + ") ORDER BY abs(corr) DESC NULLS LAST"
+	return d.table(ctx, q, "")
+}
+
+var leadingComment = regexp.MustCompile(`^(\s*(--[^\n]*\n|/\*.*?\*/))*\s*`)
+
+// query runs one read-only statement. The connection cannot reach files or
+// change settings any more; this check also keeps it to reading.
+func (d *dataset) query(ctx context.Context, expr string) (Output, *Error) {
+	q := strings.TrimSpace(expr)
+	q = strings.TrimSpace(strings.TrimSuffix(q, ";"))
+	head := strings.ToUpper(leadingComment.ReplaceAllString(q, ""))
+	if !(strings.HasPrefix(head, "SELECT") || strings.HasPrefix(head, "WITH") || strings.HasPrefix(head, "FROM") ||
+		strings.HasPrefix(head, "SUMMARIZE") || strings.HasPrefix(head, "DESCRIBE")) || strings.Contains(q, ";") {
+		return Output{}, Errorf(InvalidInput, "query takes one read-only statement (SELECT, WITH, FROM, SUMMARIZE or DESCRIBE).").
+			Fix("Send a single SELECT over the table `data`, without `;`.")
+	}
+	return d.table(ctx, q, "SELECT count(*) FROM ("+q+")")
+}
+
+// table renders at most MaxDataRows rows of q; count, when given, says how
+// many there were in all.
+func (d *dataset) table(ctx context.Context, q, count string) (Output, *Error) {
+	rows, err := d.conn.QueryContext(ctx, fmt.Sprintf("SELECT * FROM (%s) LIMIT %d", q, MaxDataRows+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return Output{}, Errorf(Timeout, "The query was stopped: %v", ctx.Err())
+		}
+		return Output{}, Errorf(InvalidInput, "The query failed: %s", cleanDuck(err)).Fix("Columns: " + strings.Join(d.cols, ", ") + ".")
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var lines [][]string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return Output{}, Errorf(ExecutionFailed, "%s", cleanDuck(err))
+		}
+		line := make([]string, len(cols))
+		for i, v := range vals {
+			line[i] = cell(v)
+		}
+		lines = append(lines, line)
+	}
+	if err := rows.Err(); err != nil {
+		return Output{}, Errorf(InvalidInput, "The query failed: %s", cleanDuck(err))
+	}
+	out := Output{Data: map[string]any{"columns": cols}}
+	shown := len(lines)
+	if shown > MaxDataRows {
+		lines, shown, out.Truncated = lines[:MaxDataRows], MaxDataRows, true
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(cols, " | "))
+	for _, l := range lines {
+		b.WriteString("\n" + strings.Join(l, " | "))
+	}
+	total := int64(shown)
+	if count != "" {
+		if n, err := d.scalar(ctx, count); err == nil {
+			total = n
+		}
+	}
+	if total > int64(shown) {
+		out.Truncated = true
+		fmt.Fprintf(&b, "\n\n[showing %d of %d rows]", shown, total)
+	}
+	out.Data["rows"] = total
+	out.Content = b.String()
+	return out, nil
+}
+
+func cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "NULL"
+	case float64:
+		return fmt.Sprintf("%.6g", x)
+	case float32:
+		return fmt.Sprintf("%.6g", x)
+	case []byte:
+		return string(x)
+	}
+	s := fmt.Sprint(v)
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
