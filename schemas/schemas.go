@@ -14,6 +14,7 @@ import (
 
 	"github.com/invopop/jsonschema"
 
+	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -41,6 +42,7 @@ var All = []Schema{
 	{"batch.schema.json", "troy batch.json", "Every input of one troy audit-batch run, audited or rejected.", &report.Batch{}, false},
 	{"rejection.schema.json", "troy rejection", "Published on troy.rejected.<run> for input that is not a valid trace.", &events.Rejected{}, false},
 	{"guard-request.schema.json", "troy guard request", "Asks whether one proposed action may run: NATS request on troy.guard.check, or POST /v1/guard/check.", &guard.Request{}, false},
+	{"agent-config.schema.json", "troy agent config", "agent.yaml / agent.json: everything one governed agent run needs (troy agent run CONFIG GOAL). ${VAR} in a string value reads the environment.", &spec.File{}, false},
 	{"guard-decision.schema.json", "troy guard decision", "The guard's answer: allow or block, with the violations and the policy hash. An error reply is {\"error\": \"…\"}.", &guard.Decision{}, false},
 }
 

@@ -419,9 +419,9 @@ func cell(v any) string {
 	case nil:
 		return "NULL"
 	case float64:
-		return fmt.Sprintf("%.6g", x)
+		return fmt.Sprintf("%.10g", x)
 	case float32:
-		return fmt.Sprintf("%.6g", x)
+		return fmt.Sprintf("%.7g", x)
 	case []byte:
 		return string(x)
 	}

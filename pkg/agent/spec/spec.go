@@ -1,0 +1,463 @@
+// Package spec reads agent.yaml / agent.json, the file that describes a
+// whole agent run (model, tools, skills, budget, workspace, audit), checks
+// every key against the published schema (all problems at once, each with
+// its key path) and builds the agent from it.
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/invopop/jsonschema"
+	sjs "github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
+
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/skills"
+	"github.com/troy-audit/troy/pkg/agent/tools"
+	"github.com/troy-audit/troy/pkg/llm"
+)
+
+// File is an agent configuration.
+type File struct {
+	Name               string        `json:"name" jsonschema:"minLength=1,maxLength=128,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$,description=the agent's name in traces and reports"`
+	LLM                LLM           `json:"llm"`
+	Tools              []string      `json:"tools,omitempty" jsonschema:"uniqueItems=true,description=the built-in tools to offer (default: all; submit is always added)"`
+	ToolTimeoutS       int           `json:"tool_timeout_s,omitempty" jsonschema:"minimum=1,maximum=3600,description=time limit of one tool call (default 60)"`
+	Skills             *Skills       `json:"skills,omitempty"`
+	Budget             Budget        `json:"budget,omitempty"`
+	MaxContractRetries *int          `json:"max_contract_retries,omitempty" jsonschema:"minimum=0,maximum=10"`
+	Workspace          string        `json:"workspace,omitempty" jsonschema:"description=folder the tools may touch (relative to this file; default: the current directory)"`
+	Compaction         *Compaction   `json:"compaction,omitempty"`
+	Audit              Audit         `json:"audit,omitempty"`
+	Observability      Observability `json:"observability,omitempty"`
+	ExtraInstructions  string        `json:"extra_instructions,omitempty"`
+	MaxTokensPerCall   int           `json:"max_tokens_per_call,omitempty" jsonschema:"minimum=1"`
+}
+
+// LLM is the model the agent runs on.
+type LLM struct {
+	Provider   string  `json:"provider" jsonschema:"minLength=1,description=openai (any OpenAI-compatible endpoint) or scripted (replays responses from script)"`
+	Model      string  `json:"model,omitempty"`
+	BaseURL    string  `json:"base_url,omitempty"`
+	APIKey     string  `json:"api_key,omitempty" jsonschema:"description=prefer ${OPENAI_API_KEY} to a literal key"`
+	Script     string  `json:"script,omitempty" jsonschema:"description=scripted provider: the response file (relative to this file)"`
+	TimeoutS   float64 `json:"timeout_s,omitempty" jsonschema:"exclusiveMinimum=0"`
+	MaxRetries int     `json:"max_retries,omitempty" jsonschema:"minimum=0,maximum=10"`
+}
+
+// Skills says where skills live.
+type Skills struct {
+	Dirs    []string `json:"dirs,omitempty"`
+	Enabled *bool    `json:"enabled,omitempty"`
+}
+
+// Budget bounds one run.
+type Budget struct {
+	MaxIterations          int     `json:"max_iterations,omitempty" jsonschema:"minimum=1"`
+	MaxTokens              int     `json:"max_tokens,omitempty" jsonschema:"minimum=1"`
+	MaxToolCalls           int     `json:"max_tool_calls,omitempty" jsonschema:"minimum=1"`
+	MaxWallSeconds         float64 `json:"max_wall_seconds,omitempty" jsonschema:"exclusiveMinimum=0"`
+	MaxConsecutiveFailures int     `json:"max_consecutive_failures,omitempty" jsonschema:"minimum=1"`
+}
+
+// Compaction keeps long runs inside the model's context window.
+type Compaction struct {
+	ContextWindowTokens int     `json:"context_window_tokens,omitempty" jsonschema:"minimum=1000"`
+	TriggerRatio        float64 `json:"trigger_ratio,omitempty" jsonschema:"exclusiveMinimum=0,maximum=1"`
+	KeepIterations      int     `json:"keep_iterations,omitempty" jsonschema:"minimum=1"`
+}
+
+// Audit names the policy the run is audited against while it runs.
+type Audit struct {
+	Policy  string `json:"policy,omitempty" jsonschema:"description=a policy file (relative to this file) or a bundled template name"`
+	Enabled *bool  `json:"enabled,omitempty"`
+}
+
+// Observability says where events go besides the bus.
+type Observability struct {
+	EventsFile string `json:"events_file,omitempty" jsonschema:"description=append every event as a JSON line to this file"`
+	Console    *bool  `json:"console,omitempty" jsonschema:"description=print one line per event on stderr (default true)"`
+}
+
+// Error lists every problem of a config file.
+type Error struct {
+	Source   string
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid agent config %s:\n  - %s", e.Source, strings.Join(e.Problems, "\n  - "))
+}
+
+// ToolNames are the built-in tools, in the order they are listed.
+var ToolNames = []string{"analyze_data", "execute_code", "file_system", "load_skill", "scratchpad", "submit"}
+
+// Schema is the published JSON Schema of File.
+func Schema() *jsonschema.Schema {
+	r := &jsonschema.Reflector{AllowAdditionalProperties: false, DoNotReference: true}
+	s := r.Reflect(&File{})
+	s.Required = []string{"name", "llm"}
+	return s
+}
+
+var (
+	compiled     *sjs.Schema
+	compileOnce  sync.Once
+	compileError error
+)
+
+func validator() (*sjs.Schema, error) {
+	compileOnce.Do(func() {
+		b, err := json.Marshal(Schema())
+		if err != nil {
+			compileError = err
+			return
+		}
+		doc, err := sjs.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			compileError = err
+			return
+		}
+		c := sjs.NewCompiler()
+		if err = c.AddResource("mem://agent-config.json", doc); err != nil {
+			compileError = err
+			return
+		}
+		compiled, compileError = c.Compile("mem://agent-config.json")
+	})
+	return compiled, compileError
+}
+
+// Load reads and checks a config file; relative paths in it are resolved
+// against its folder, ${VAR} against the environment (then lookup, e.g. a
+// .env file).
+func Load(path string, lookup func(string) (string, bool)) (*File, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml", ".json":
+	default:
+		return nil, fmt.Errorf("agent config %s: unrecognized config extension %q: use .yaml, .yml or .json", path, filepath.Ext(path))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("agent config %s: not found", path)
+		}
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	f, err := Parse(b, path, lookup)
+	if err != nil {
+		return nil, err
+	}
+	f.resolve(filepath.Dir(path))
+	return f, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Parse checks a config document.
+func Parse(b []byte, source string, lookup func(string) (string, bool)) (*File, error) {
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, &Error{Source: source, Problems: []string{"not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")}}
+	}
+	var doc any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, &Error{Source: source, Problems: []string{err.Error()}}
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		return nil, &Error{Source: source, Problems: []string{"the config must be a mapping of keys (name:, llm:, tools:, …)"}}
+	}
+	var probs []string
+	doc = expand(doc, "", lookup, &probs)
+	sch, err := validator()
+	if err != nil {
+		return nil, fmt.Errorf("agent config schema: %w", err)
+	}
+	if err := sch.Validate(doc); err != nil {
+		var ve *sjs.ValidationError
+		if errors.As(err, &ve) {
+			probs = append(probs, schemaProblems(ve)...)
+		} else {
+			probs = append(probs, err.Error())
+		}
+	}
+	var f File
+	if len(probs) == 0 {
+		nb, _ := json.Marshal(doc)
+		if err := json.Unmarshal(nb, &f); err != nil {
+			probs = append(probs, err.Error())
+		}
+		probs = append(probs, f.check()...)
+	}
+	if len(probs) > 0 {
+		sort.Strings(probs)
+		return nil, &Error{Source: source, Problems: probs}
+	}
+	return &f, nil
+}
+
+// expand replaces ${VAR} in string values (never in keys, so a variable
+// cannot add configuration).
+func expand(v any, path string, lookup func(string) (string, bool), probs *[]string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = expand(e, join(path, k), lookup, probs)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = expand(e, fmt.Sprintf("%s[%d]", path, i), lookup, probs)
+		}
+	case string:
+		return envRef.ReplaceAllStringFunc(x, func(m string) string {
+			name := m[2 : len(m)-1]
+			if val, ok := os.LookupEnv(name); ok {
+				return val
+			}
+			if lookup != nil {
+				if val, ok := lookup(name); ok {
+					return val
+				}
+			}
+			*probs = append(*probs, fmt.Sprintf("%s: ${%s} is not set in the environment (or .env)", path, name))
+			return ""
+		})
+	}
+	return v
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+var quoted = regexp.MustCompile(`'([^']*)'`)
+
+// schemaProblems turns the validator's output into "key.path: what is
+// wrong" lines.
+func schemaProblems(ve *sjs.ValidationError) []string {
+	var out []string
+	var walk func(u *sjs.OutputUnit)
+	walk = func(u *sjs.OutputUnit) {
+		if len(u.Errors) == 0 && u.Error != nil {
+			loc := strings.ReplaceAll(strings.TrimPrefix(u.InstanceLocation, "/"), "/", ".")
+			msg := u.Error.String()
+			if strings.HasPrefix(msg, "additional properties") {
+				keys := quoted.FindAllStringSubmatch(msg, -1)
+				for _, k := range keys {
+					out = append(out, fmt.Sprintf("%s: unknown key; allowed: %s", join(loc, k[1]), allowedAt(loc)))
+				}
+				return
+			}
+			if loc == "" {
+				loc = "(top)"
+			}
+			out = append(out, loc+": "+msg)
+		}
+		for i := range u.Errors {
+			walk(&u.Errors[i])
+		}
+	}
+	walk(ve.BasicOutput())
+	return out
+}
+
+// allowedAt lists the keys the schema allows at a path.
+func allowedAt(loc string) string {
+	s := Schema()
+	for _, part := range strings.Split(loc, ".") {
+		if part == "" {
+			continue
+		}
+		if s.Properties == nil {
+			return "(none)"
+		}
+		p, ok := s.Properties.Get(part)
+		if !ok {
+			return "(none)"
+		}
+		s = p
+	}
+	if s.Properties == nil {
+		return "(none)"
+	}
+	var keys []string
+	for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+		keys = append(keys, pair.Key)
+	}
+	return strings.Join(keys, ", ")
+}
+
+// check covers what the schema cannot say.
+func (f *File) check() []string {
+	var probs []string
+	for i, t := range f.Tools {
+		if !contains(ToolNames, t) {
+			probs = append(probs, fmt.Sprintf("tools[%d]: %q is not a built-in tool; known: %s", i, t, strings.Join(ToolNames, ", ")))
+		}
+	}
+	switch strings.ToLower(f.LLM.Provider) {
+	case "scripted":
+		if f.LLM.Script == "" {
+			probs = append(probs, "llm.script: the scripted provider needs the file of its responses")
+		}
+	case "openai":
+		if f.LLM.Model == "" {
+			probs = append(probs, "llm.model: name the model (e.g. gpt-4o-mini)")
+		}
+		if u := f.LLM.BaseURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			probs = append(probs, fmt.Sprintf("llm.base_url: %q must start with http:// or https://", u))
+		}
+	}
+	return probs
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve makes relative paths relative to the config file's folder.
+func (f *File) resolve(dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	f.LLM.Script = abs(f.LLM.Script)
+	if f.Workspace != "" {
+		f.Workspace = abs(f.Workspace)
+	}
+	if f.Skills != nil {
+		for i, d := range f.Skills.Dirs {
+			f.Skills.Dirs[i] = abs(d)
+		}
+	}
+	if p := f.Audit.Policy; p != "" && (strings.ContainsAny(p, `/\`) || strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml") || strings.HasSuffix(p, ".json")) {
+		f.Audit.Policy = abs(p)
+	}
+	f.Observability.EventsFile = abs(f.Observability.EventsFile)
+}
+
+// Deps is what building needs from the caller.
+type Deps struct {
+	Providers *llm.Providers
+	Pricing   *llm.Pricing
+	Store     agent.Store
+	Sink      agent.Sink
+	// Workspace overrides the config's (the --workspace flag).
+	Workspace string
+}
+
+// Build assembles an agent.Config from the file.
+func (f *File) Build(d Deps) (agent.Config, error) {
+	providers := d.Providers
+	if providers == nil {
+		providers = llm.DefaultProviders()
+	}
+	pc := llm.ProviderConfig{Provider: f.LLM.Provider, Model: f.LLM.Model, BaseURL: f.LLM.BaseURL, APIKey: f.LLM.APIKey,
+		Script: f.LLM.Script, Pricing: d.Pricing,
+		Client: llm.Config{Timeout: time.Duration(f.LLM.TimeoutS * float64(time.Second)), MaxRetries: f.LLM.MaxRetries, Pricing: d.Pricing}}
+	model, err := providers.Build(pc)
+	if err != nil {
+		return agent.Config{}, fmt.Errorf("llm: %w", err)
+	}
+	var lib *skills.Library
+	if f.Skills != nil && (f.Skills.Enabled == nil || *f.Skills.Enabled) && len(f.Skills.Dirs) > 0 {
+		if lib, err = skills.Load(f.Skills.Dirs...); err != nil {
+			return agent.Config{}, err
+		}
+	}
+	names := f.Tools
+	if len(names) == 0 {
+		names = ToolNames
+		if lib == nil {
+			names = without(names, "load_skill")
+		}
+	}
+	if !contains(names, "submit") {
+		names = append(names, "submit")
+	}
+	if contains(names, "load_skill") && lib == nil {
+		return agent.Config{}, errors.New("tools: load_skill needs skills: {dirs: [...]}")
+	}
+	var ts []tools.Tool
+	for _, n := range names {
+		ts = append(ts, builtin(n))
+	}
+	reg, err := tools.NewRegistry(ts...)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	if f.ToolTimeoutS > 0 {
+		reg.DefaultTimeout = time.Duration(f.ToolTimeoutS) * time.Second
+	}
+	ws := d.Workspace
+	if ws == "" {
+		ws = f.Workspace
+	}
+	if ws == "" {
+		ws = "."
+	}
+	if ws, err = filepath.Abs(ws); err != nil {
+		return agent.Config{}, err
+	}
+	cfg := agent.Config{Name: f.Name, Model: model, Tools: reg, Store: d.Store, Sink: d.Sink, Workspace: ws,
+		ExtraInstructions: f.ExtraInstructions, MaxTokensPerCall: f.MaxTokensPerCall,
+		Budget: agent.Budget{MaxIterations: f.Budget.MaxIterations, MaxTokens: f.Budget.MaxTokens, MaxToolCalls: f.Budget.MaxToolCalls,
+			MaxWall: time.Duration(f.Budget.MaxWallSeconds * float64(time.Second)), MaxConsecutiveFailures: f.Budget.MaxConsecutiveFailures}}
+	if lib != nil {
+		cfg.Skills = lib
+	}
+	if f.MaxContractRetries != nil {
+		cfg.MaxContractRetries = *f.MaxContractRetries
+		if cfg.MaxContractRetries == 0 {
+			cfg.MaxContractRetries = -1
+		}
+	}
+	return cfg, nil
+}
+
+func without(list []string, s string) []string {
+	var out []string
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// builtin makes a built-in tool; adding one is a type and a line here.
+func builtin(name string) tools.Tool {
+	switch name {
+	case "analyze_data":
+		return tools.AnalyzeData{}
+	case "execute_code":
+		return tools.ExecuteCode{}
+	case "file_system":
+		return tools.FileSystem{}
+	case "load_skill":
+		return tools.LoadSkill{}
+	case "scratchpad":
+		return tools.Scratchpad{}
+	}
+	return tools.Submit{}
+}

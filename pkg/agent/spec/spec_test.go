@@ -1,0 +1,107 @@
+package spec_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/spec"
+)
+
+// The shipped offline example runs to complete with no key and no network.
+func TestOfflineExampleCompletes(t *testing.T) {
+	f, err := spec.Load("../../../examples/agents/offline.yaml", nil)
+	require.NoError(t, err)
+	rec := &agent.Recorder{}
+	cfg, err := f.Build(spec.Deps{Workspace: "../../..", Sink: rec})
+	require.NoError(t, err)
+	a, err := agent.New(cfg)
+	require.NoError(t, err)
+	res, err := a.Run(context.Background(), "Profile examples/data/sales.csv and name the top 3 regions", nil)
+	require.NoError(t, err)
+	require.Equal(t, agent.Complete, res.Status, res.Answer)
+	assert.Contains(t, res.Answer, "East 25,312.50")
+	assert.Equal(t, 3, res.Iterations)
+	assert.Empty(t, rec.Of(agent.EventContractViolation))
+	// The figures the script claims are the ones the tool computed.
+	results := rec.Of(agent.EventToolResult)
+	require.Len(t, results, 3)
+	assert.Contains(t, results[1].Data["preview"], "East | 25312.5\nNorth | 23919.25\nWest | 23169.5")
+	assert.Contains(t, results[0].Data["preview"], "shape: 90 rows x 6 columns")
+	start := rec.Of(agent.EventRunStart)[0]
+	assert.Equal(t, []string{"audit-trace", "profile-data", "write-report"}, start.Data["skills"])
+}
+
+func write(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+	return p
+}
+
+func TestConfigProblems(t *testing.T) {
+	_, err := spec.Load(write(t, "a.toml", "x"), nil)
+	assert.ErrorContains(t, err, "unrecognized config extension")
+	_, err = spec.Load(filepath.Join(t.TempDir(), "missing.yaml"), nil)
+	assert.ErrorContains(t, err, "not found")
+
+	_, err = spec.Load(write(t, "a.yaml", `
+name: x
+llm: {provider: openai, model: m, api_key: "${TROY_TEST_UNSET_KEY}", temprature: 1}
+tools: [file_system, teleport]
+budget: {max_iterations: "ten", max_wall_seconds: -1}
+colour: red
+`), nil)
+	require.Error(t, err)
+	var se *spec.Error
+	require.ErrorAs(t, err, &se)
+	msg := err.Error()
+	for _, want := range []string{
+		"colour: unknown key; allowed: name, llm, tools",
+		"llm.temprature: unknown key; allowed: provider, model, base_url, api_key",
+		"budget.max_iterations: got string, want integer",
+		"budget.max_wall_seconds: ",
+		"llm.api_key: ${TROY_TEST_UNSET_KEY} is not set",
+	} {
+		assert.Contains(t, msg, want)
+	}
+	// Problems the schema cannot see are reported once the shape is right.
+	_, err = spec.Load(write(t, "b.yaml", "name: x\nllm: {provider: scripted}\ntools: [teleport]\n"), nil)
+	assert.ErrorContains(t, err, `tools[0]: "teleport" is not a built-in tool`)
+	assert.ErrorContains(t, err, "llm.script: the scripted provider needs")
+
+	t.Setenv("TROY_TEST_KEY", "sk-from-env")
+	f, err := spec.Load(write(t, "c.json", `{"name": "x", "llm": {"provider": "openai", "model": "m", "api_key": "${TROY_TEST_KEY}"}}`), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "sk-from-env", f.LLM.APIKey)
+	f, err = spec.Load(write(t, "d.yaml", "name: x\nllm: {provider: openai, model: m, api_key: '${FROM_DOTENV}'}\n"),
+		func(k string) (string, bool) { return "dot-" + k, k == "FROM_DOTENV" })
+	require.NoError(t, err)
+	assert.Equal(t, "dot-FROM_DOTENV", f.LLM.APIKey)
+}
+
+func TestBuildProblems(t *testing.T) {
+	f, err := spec.Load(write(t, "a.yaml", "name: x\nllm: {provider: nope}\n"), nil)
+	require.NoError(t, err)
+	_, err = f.Build(spec.Deps{})
+	assert.ErrorContains(t, err, `unknown llm provider "nope"; known: openai, scripted`)
+
+	// A skill that names a tool the run does not have fails at start.
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "skills", "s"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "skills", "s", "SKILL.md"), []byte("---\nname: s\ndescription: d\ntools: [execute_code]\n---\nbody\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte("responses: [{text: hi}]\n"), 0o644))
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("name: x\nllm: {provider: scripted, script: script.yaml}\ntools: [file_system, load_skill]\nskills: {dirs: [skills]}\n"), 0o644))
+	f, err = spec.Load(cfgPath, nil)
+	require.NoError(t, err)
+	cfg, err := f.Build(spec.Deps{Workspace: dir})
+	require.NoError(t, err)
+	_, err = agent.New(cfg)
+	assert.ErrorContains(t, err, "skill/tool mismatch: skill 's' references unregistered tool 'execute_code'")
+}
