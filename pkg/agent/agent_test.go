@@ -187,8 +187,8 @@ func TestAnalyzeViolations(t *testing.T) {
 	bad := P("s99", "file_system")
 	unknown := P("s1", "teleport")
 	two := llm.ScriptedResponse{Text: P("s1", "execute_code").Text + "\nOn second thought:\n" + P("s2", "submit").Text}
-	h := newHarness(t, llm.ScriptedResponse{Text: "I think I'll write the file"}, bad, unknown, // 3 attempts: fails
-	)
+	h := newHarness(t, llm.ScriptedResponse{Text: "I think I'll write the file"}, bad, unknown)// 3 attempts: fails
+
 	res := h.run(nil)
 	assert.Equal(t, agent.Failed, res.Status)
 	reasons := []any{}

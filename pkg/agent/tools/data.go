@@ -432,4 +432,3 @@ func cell(v any) string {
 	}
 	return s
 }
-
