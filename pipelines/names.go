@@ -4,34 +4,38 @@ package pipelines
 
 // Streams.
 const (
-	StreamIngest     = "TROY_INGEST"
-	StreamSteps      = "TROY_STEPS"
-	StreamTraces     = "TROY_TRACES"
-	StreamGraphs     = "TROY_GRAPHS"
-	StreamResults    = "TROY_RESULTS"
-	StreamOutcomes   = "TROY_OUTCOMES"
-	StreamViolations = "TROY_VIOLATIONS"
-	StreamDlq        = "TROY_DLQ"
+	StreamIngest      = "TROY_INGEST"
+	StreamSteps       = "TROY_STEPS"
+	StreamTraces      = "TROY_TRACES"
+	StreamGraphs      = "TROY_GRAPHS"
+	StreamResults     = "TROY_RESULTS"
+	StreamOutcomes    = "TROY_OUTCOMES"
+	StreamViolations  = "TROY_VIOLATIONS"
+	StreamAgentRuns   = "TROY_AGENT_RUNS"
+	StreamAgentEvents = "TROY_AGENT_EVENTS"
+	StreamDlq         = "TROY_DLQ"
 )
 
 // Durable consumers, one per stage or forwarder.
 const (
-	ConsumerIngest    = "ingest"
-	ConsumerStreamer  = "streamer"
-	ConsumerGraph     = "graph"
-	ConsumerEvaluator = "evaluator"
-	ConsumerExplainer = "explainer"
-	ConsumerScorer    = "scorer"
-	ConsumerReporter  = "reporter"
-	ConsumerSplunk    = "splunk"
-	ConsumerSyslog    = "syslog"
+	ConsumerIngest      = "ingest"
+	ConsumerStreamer    = "streamer"
+	ConsumerGraph       = "graph"
+	ConsumerEvaluator   = "evaluator"
+	ConsumerExplainer   = "explainer"
+	ConsumerScorer      = "scorer"
+	ConsumerReporter    = "reporter"
+	ConsumerAgentRunner = "agent-runner"
+	ConsumerSplunk      = "splunk"
+	ConsumerSyslog      = "syslog"
 )
 
 // KV buckets.
 const (
-	BucketJoin         = "troy_join"
-	BucketPolicies     = "troy_policies"
-	BucketExplanations = "troy_explanations"
-	BucketStreams      = "troy_streams"
-	BucketSessions     = "troy_sessions"
+	BucketJoin          = "troy_join"
+	BucketPolicies      = "troy_policies"
+	BucketExplanations  = "troy_explanations"
+	BucketStreams       = "troy_streams"
+	BucketSessions      = "troy_sessions"
+	BucketAgentSessions = "troy_agent_sessions"
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/trace"
+	"github.com/troy-audit/troy/services/agentrunner"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
 	"github.com/troy-audit/troy/services/graph"
@@ -128,6 +129,15 @@ var components = []component{
 		}
 		b.st.guard = s.Guard()
 		return s.Run, nil
+	}},
+	{"agent-runner", kindService, "governed agent runs from the troy.agent.run work queue", func(ctx context.Context, b *builder) (runFunc, error) {
+		c := agentrunner.DefaultConfig()
+		if b.cfg.workers > 0 {
+			c.Workers = b.cfg.workers
+		}
+		c.Partitions = bus.StreamPartitions(b.deps.Topology)
+		c.Lookup = dotEnvLookup()
+		return runOf(agentrunner.New(ctx, b.deps, b.st.nc, c))
 	}},
 	{"splunk", kindForwarder, "findings to a Splunk HTTP Event Collector", func(ctx context.Context, b *builder) (runFunc, error) {
 		return runOf(splunk.New(b.deps, b.cfg.splunk))

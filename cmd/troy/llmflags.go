@@ -116,3 +116,13 @@ func readDotEnv(path string) (map[string]string, error) {
 	}
 	return out, sc.Err()
 }
+
+// dotEnvLookup reads ${VAR} references of agent configs from ./.env after
+// the environment (the same precedence as the explainer's settings).
+func dotEnvLookup() func(string) (string, bool) {
+	env, err := readDotEnv(".env")
+	if err != nil {
+		return func(string) (string, bool) { return "", false }
+	}
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}

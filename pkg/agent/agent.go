@@ -88,6 +88,29 @@ type Config struct {
 	MaxTokensPerCall   int
 	// CheckpointTimeout bounds a session save.
 	CheckpointTimeout time.Duration
+	// Origin is kept with a new session: what built the run (the runner's
+	// request), so a resume can rebuild it.
+	Origin []byte
+}
+
+// Option sets how a run is identified.
+type Option func(*runOptions)
+
+type runOptions struct{ runID, sessionID string }
+
+// WithRunID names the run (a trace id): the submitter chose it, or a
+// resume after a crash continues the same run.
+func WithRunID(id string) Option { return func(o *runOptions) { o.runID = id } }
+
+// WithSessionID names a new session.
+func WithSessionID(id string) Option { return func(o *runOptions) { o.sessionID = id } }
+
+func options(opts []Option) runOptions {
+	var o runOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
 }
 
 // Agent runs goals. It holds no per-run state: runs on one Agent never
@@ -169,7 +192,8 @@ func (c *Control) reset() {
 	c.mu.Unlock()
 }
 
-func (c *Control) cancelled() (string, bool) {
+// Cancelled reports whether Cancel was called, and why.
+func (c *Control) Cancelled() (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.reason, c.set
@@ -196,13 +220,22 @@ func (r Result) OK() bool { return r.Status == Complete }
 // Run starts a new session for goal. The returned error is for what stops
 // a run from starting (an empty goal, a store that cannot save); every run
 // that starts ends with a Result, whatever happens inside it.
-func (a *Agent) Run(ctx context.Context, goal string, ctl *Control) (Result, error) {
+func (a *Agent) Run(ctx context.Context, goal string, ctl *Control, opts ...Option) (Result, error) {
 	goal = strings.TrimSpace(goal)
 	if goal == "" {
 		return Result{}, errors.New("agent: the goal is empty")
 	}
+	o := options(opts)
+	if o.runID == "" {
+		o.runID = NewID()
+	}
+	if o.sessionID == "" {
+		o.sessionID = NewID()
+	} else if _, err := a.cfg.Store.Load(ctx, o.sessionID); err == nil {
+		return Result{}, fmt.Errorf("agent: session %s already exists: resume it instead", o.sessionID)
+	}
 	now := time.Now().UTC()
-	st := &State{Goal: goal, SessionID: NewID(), RunID: NewID(), Agent: a.cfg.Name, Status: Running,
+	st := &State{Goal: goal, SessionID: o.sessionID, RunID: o.runID, Agent: a.cfg.Name, Status: Running, Origin: a.cfg.Origin,
 		Scratchpad: map[string]any{}, UsageByPhase: map[string]llm.Usage{}, CreatedAt: now, UpdatedAt: now,
 		Iterations: []IterationRecord{}, Transcript: []llm.Turn{}}
 	st.Runs = []string{st.RunID}
@@ -212,7 +245,7 @@ func (a *Agent) Run(ctx context.Context, goal string, ctl *Control) (Result, err
 // Resume continues a session stopped from outside (cancelled, out of
 // budget, failed, or left running by a crash) under a new run id; the
 // iteration numbering, transcript, scratchpad and spend continue.
-func (a *Agent) Resume(ctx context.Context, sessionID string, ctl *Control) (Result, error) {
+func (a *Agent) Resume(ctx context.Context, sessionID string, ctl *Control, opts ...Option) (Result, error) {
 	st, err := a.cfg.Store.Load(ctx, sessionID)
 	if err != nil {
 		return Result{}, fmt.Errorf("agent: session %s: %w", sessionID, err)
@@ -220,8 +253,15 @@ func (a *Agent) Resume(ctx context.Context, sessionID string, ctl *Control) (Res
 	if !st.Status.Resumable() {
 		return Result{}, fmt.Errorf("agent: session %s ended %s: %w (only running, cancelled, exhausted or failed sessions can be)", sessionID, st.Status, ErrNotResumable)
 	}
-	st.RunID = NewID()
-	st.Runs = append(st.Runs, st.RunID)
+	if id := options(opts).runID; id != "" && id == st.RunID {
+		// the same run goes on (its runner died): same trace, same id
+	} else {
+		if id == "" {
+			id = NewID()
+		}
+		st.RunID = id
+		st.Runs = append(st.Runs, st.RunID)
+	}
 	st.Status = Running
 	st.Final, st.FinalAnswer = nil, ""
 	return a.drive(ctx, st, ctl, true)
@@ -328,7 +368,7 @@ func (r *run) save(ctx context.Context) {
 }
 
 func (r *run) checkCancel(ctx context.Context) error {
-	if reason, ok := r.ctl.cancelled(); ok {
+	if reason, ok := r.ctl.Cancelled(); ok {
 		return &stop{status: Cancelled, reason: reason}
 	}
 	if ctx.Err() != nil {

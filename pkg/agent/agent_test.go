@@ -187,7 +187,7 @@ func TestAnalyzeViolations(t *testing.T) {
 	bad := P("s99", "file_system")
 	unknown := P("s1", "teleport")
 	two := llm.ScriptedResponse{Text: P("s1", "execute_code").Text + "\nOn second thought:\n" + P("s2", "submit").Text}
-	h := newHarness(t, llm.ScriptedResponse{Text: "I think I'll write the file"}, bad, unknown)// 3 attempts: fails
+	h := newHarness(t, llm.ScriptedResponse{Text: "I think I'll write the file"}, bad, unknown) // 3 attempts: fails
 
 	res := h.run(nil)
 	assert.Equal(t, agent.Failed, res.Status)
@@ -447,4 +447,15 @@ func TestConstruction(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Run(context.Background(), "  ", nil)
 	assert.ErrorContains(t, err, "goal is empty")
+}
+
+func TestMarkdown(t *testing.T) {
+	h := newHarness(t, P("s1", "file_system"), A("file_system", write("f.txt", "hi")), E("success", "wrote 2 characters", "in_progress", "s1"), P("s2", "submit"), S("complete"))
+	h.run(nil)
+	md := agent.Markdown(h.rec.Events())
+	for _, want := range []string{"# Run `", "**Goal:** write hi to f.txt", "## Iteration 1", "- [ ] `s1` first",
+		"**Next action:** `file_system` for step `s1`", "**Why:** because s1", "**Called** `file_system`",
+		"**Result** (", "> Wrote 2 characters to f.txt", "**Evaluation:** success -- goal is in_progress", "## Outcome: complete"} {
+		assert.Contains(t, md, want)
+	}
 }

@@ -84,8 +84,10 @@ type State struct {
 	Pending     []llm.ToolResult  `json:"pending,omitempty"`
 	Final       *tools.Submission `json:"final,omitempty"`
 	FinalAnswer string            `json:"final_answer,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// Origin is what built the run (see Config.Origin).
+	Origin    json.RawMessage `json:"origin,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // NewID is 12 random hex characters.

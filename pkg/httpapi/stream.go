@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"reflect"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/bus"
@@ -90,10 +89,7 @@ func (s Streaming) Start() http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "recording the start: " + err.Error()})
 			return
 		}
-		m := nats.NewMsg(bus.StreamSubject(bus.StreamStart, id, s.Partitions))
-		m.Data = body
-		m.Header.Set(bus.HeaderPolicy, hash)
-		if _, err := s.Pub.PublishMsg(r.Context(), m); err != nil {
+		if err := s.sender().Start(r.Context(), id, body, hash); err != nil {
 			_ = s.State.Delete(context.WithoutCancel(r.Context()), stream.StartedKey(id))
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the start; retry later: " + err.Error()})
 			return
@@ -128,13 +124,7 @@ func (s Streaming) Steps() http.Handler {
 		if !ok {
 			return
 		}
-		m := nats.NewMsg(bus.StreamSubject(bus.StreamStep, id, s.Partitions))
-		m.Data = body
-		if a := r.URL.Query().Get("agent"); a != "" {
-			m.Header.Set(bus.HeaderAgent, a)
-		}
-		m.Header.Set(bus.HeaderPolicy, hash)
-		if _, err := s.Pub.PublishMsg(r.Context(), m); err != nil {
+		if err := s.sender().Steps(r.Context(), id, body, r.URL.Query().Get("agent"), hash); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the steps; retry later: " + err.Error()})
 			return
 		}
@@ -183,15 +173,15 @@ func (s Streaming) End() http.Handler {
 				return
 			}
 		}
-		m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, id, s.Partitions))
-		m.Data = body
-		if _, err := s.Pub.PublishMsg(r.Context(), m); err != nil {
+		if err := s.sender().End(r.Context(), id, body); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, Problem{Error: "the pipeline did not take the end; retry later: " + err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"trace_id": id, "ended": true})
 	})
 }
+
+func (s Streaming) sender() stream.Sender { return stream.Sender{Pub: s.Pub, Partitions: s.Partitions} }
 
 // request is what every streaming endpoint checks first: the trace id, that
 // the trace has not ended, and the body within its limit.

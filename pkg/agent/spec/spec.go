@@ -461,3 +461,63 @@ func builtin(name string) tools.Tool {
 	}
 	return tools.Submit{}
 }
+
+// Portable is the config as a run request carries it: relative paths made
+// absolute, ${VAR} left for the runner to read from its own environment, so
+// no secret travels on the bus or is stored with the session. Check the
+// file with Load first.
+func Portable(path string) (json.RawMessage, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("agent config %s: %w", path, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, fmt.Errorf("agent config %s: %w", path, err)
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	abs := func(v any, isPolicy bool) any {
+		p, ok := v.(string)
+		if !ok || p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "${") {
+			return v
+		}
+		if isPolicy && !strings.ContainsAny(p, `/\`) && filepath.Ext(p) == "" {
+			return v // a template name
+		}
+		return filepath.Join(dir, p)
+	}
+	section := func(name string) map[string]any { m, _ := doc[name].(map[string]any); return m }
+	if m := section("llm"); m != nil {
+		if _, ok := m["script"]; ok {
+			m["script"] = abs(m["script"], false)
+		}
+	}
+	if _, ok := doc["workspace"]; ok {
+		doc["workspace"] = abs(doc["workspace"], false)
+	}
+	if m := section("skills"); m != nil {
+		if dirs, ok := m["dirs"].([]any); ok {
+			for i := range dirs {
+				dirs[i] = abs(dirs[i], false)
+			}
+		}
+	}
+	if m := section("audit"); m != nil {
+		if _, ok := m["policy"]; ok {
+			m["policy"] = abs(m["policy"], true)
+		}
+	}
+	if m := section("observability"); m != nil {
+		if _, ok := m["events_file"]; ok {
+			m["events_file"] = abs(m["events_file"], false)
+		}
+	}
+	return json.Marshal(doc)
+}

@@ -105,3 +105,20 @@ func TestBuildProblems(t *testing.T) {
 	_, err = agent.New(cfg)
 	assert.ErrorContains(t, err, "skill/tool mismatch: skill 's' references unregistered tool 'execute_code'")
 }
+
+func TestPortableKeepsSecretsOut(t *testing.T) {
+	t.Setenv("TROY_TEST_KEY", "sk-very-secret")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("name: x\nllm: {provider: openai, model: m, api_key: '${TROY_TEST_KEY}'}\nworkspace: ws\naudit: {policy: agent_safety}\nskills: {dirs: [sk]}\n"), 0o644))
+	b, err := spec.Portable(p)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "sk-very-secret")
+	assert.Contains(t, string(b), "${TROY_TEST_KEY}")
+	f, err := spec.Parse(b, "request", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "sk-very-secret", f.LLM.APIKey, "the runner reads it from its own environment")
+	assert.Equal(t, filepath.Join(dir, "ws"), f.Workspace)
+	assert.Equal(t, []string{filepath.Join(dir, "sk")}, f.Skills.Dirs)
+	assert.Equal(t, "agent_safety", f.Audit.Policy)
+}

@@ -1,0 +1,304 @@
+// Package agentrun runs governed agents on the bus: sessions in the
+// troy_agent_sessions bucket, every event on troy.agent.events.<run_id>.…,
+// every step streamed into the audit pipeline, the result on
+// troy.agent.result.<run_id>. `troy agent run` uses it in-process on the
+// embedded server; the agent-runner service uses it for queued requests.
+package agentrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/spec"
+	"github.com/troy-audit/troy/pkg/llm"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/stream"
+	"github.com/troy-audit/troy/pkg/templates"
+)
+
+// DefaultAuditPolicy audits runs whose config names no policy.
+const DefaultAuditPolicy = "agent_safety"
+
+// Request asks for one run: a new session (goal and config), or the
+// continuation of one (Resume).
+type Request struct {
+	RunID     string          `json:"run_id"`
+	SessionID string          `json:"session_id"`
+	Goal      string          `json:"goal,omitempty"`
+	Config    json.RawMessage `json:"config,omitempty"` // spec.File with absolute paths
+	Workspace string          `json:"workspace,omitempty"`
+	// PolicyHash is the stored policy the run is audited against ("" with
+	// audit on: the config's audit.policy, resolved by the runner).
+	PolicyHash string `json:"policy_hash,omitempty"`
+	Resume     bool   `json:"resume,omitempty"`
+}
+
+// Validate checks a request before anything runs.
+func (r Request) Validate() error {
+	var probs []string
+	if !ValidID(r.RunID) {
+		probs = append(probs, fmt.Sprintf("run_id %q: use 1 to 64 letters, digits, - or _", r.RunID))
+	}
+	if !ValidID(r.SessionID) {
+		probs = append(probs, fmt.Sprintf("session_id %q: use 1 to 64 letters, digits, - or _", r.SessionID))
+	}
+	if !r.Resume {
+		if strings.TrimSpace(r.Goal) == "" {
+			probs = append(probs, "goal is empty")
+		}
+		if len(r.Config) == 0 {
+			probs = append(probs, "config is missing")
+		}
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("run request: %s", strings.Join(probs, "; "))
+	}
+	return nil
+}
+
+// Outcome is published on troy.agent.result.<run_id>.
+type Outcome struct {
+	agent.Result
+	Agent      string   `json:"agent"`
+	PolicyHash string   `json:"policy_hash,omitempty"`
+	Error      string   `json:"error,omitempty"` // the run could not start
+	Problems   []string `json:"problems,omitempty"`
+}
+
+// ErrBadRequest marks requests that can never run (bad config, unknown
+// session): retrying them is pointless.
+var ErrBadRequest = errors.New("bad run request")
+
+// Runner executes run requests.
+type Runner struct {
+	JS         jetstream.JetStream
+	Sessions   *Sessions
+	Policies   *policystore.Store
+	Streams    jetstream.KeyValue // troy_streams: started traces
+	Partitions int
+	Providers  *llm.Providers
+	Pricing    *llm.Pricing
+	Log        zerolog.Logger
+	// Lookup resolves ${VAR} in configs after the environment (a .env).
+	Lookup func(string) (string, bool)
+}
+
+// ErrInterrupted is returned when the runner itself was stopped (shutdown)
+// in the middle of a run: the session is left running, and the request
+// should be redelivered so another runner goes on with it.
+var ErrInterrupted = errors.New("the runner stopped during the run")
+
+// New opens what a runner needs.
+func New(ctx context.Context, js jetstream.JetStream, partitions int, log zerolog.Logger) (*Runner, error) {
+	sessions, err := OpenSessions(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	policies, err := policystore.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	streams, err := js.KeyValue(ctx, pipelines.BucketStreams)
+	if err != nil {
+		return nil, fmt.Errorf("agent runner: bucket %s: %w", pipelines.BucketStreams, err)
+	}
+	return &Runner{JS: js, Sessions: sessions, Policies: policies, Streams: streams, Partitions: partitions,
+		Providers: llm.DefaultProviders(), Pricing: &llm.Pricing{Prices: llm.DefaultPrices}, Log: log}, nil
+}
+
+// Execute runs a request to its end and publishes the outcome. extra sees
+// every event too (the CLI's console). The error is for requests that
+// could not run at all; it wraps ErrBadRequest when retrying cannot help.
+func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, extra agent.Sink) (Outcome, error) {
+	if err := req.Validate(); err != nil {
+		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	continuing := false
+	st, err := r.Sessions.Load(ctx, req.SessionID)
+	switch {
+	case err == nil:
+		if !st.Status.Resumable() && st.RunID == req.RunID {
+			// finished, but its result or ack was lost: answer again
+			out := outcomeOf(st)
+			return out, r.publish(ctx, req.RunID, out)
+		}
+		if st.Status == agent.Running && st.RunID == req.RunID {
+			continuing = true // its runner died mid-run: go on with the same run
+		} else if !req.Resume {
+			return r.refuse(ctx, req, fmt.Errorf("%w: session %s already exists (resume it)", ErrBadRequest, req.SessionID))
+		}
+		req = merge(req, st.Origin)
+		req.Resume = true
+	case errors.Is(err, agent.ErrSessionNotFound):
+		if req.Resume {
+			return r.refuse(ctx, req, fmt.Errorf("%w: no session %s", ErrBadRequest, req.SessionID))
+		}
+	default:
+		return Outcome{}, fmt.Errorf("loading session %s: %w", req.SessionID, err)
+	}
+	file, err := spec.Parse(req.Config, "in the run request", r.Lookup)
+	if err != nil {
+		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	hash := req.PolicyHash
+	if hash == "" && (file.Audit.Enabled == nil || *file.Audit.Enabled) {
+		if hash, err = r.auditPolicy(ctx, file.Audit.Policy); err != nil {
+			return r.refuse(ctx, req, fmt.Errorf("%w: audit policy: %v", ErrBadRequest, err))
+		}
+		req.PolicyHash = hash
+	} else if hash != "" {
+		if _, err := r.Policies.ByHash(ctx, hash); err != nil {
+			return r.refuse(ctx, req, fmt.Errorf("%w: audit policy %s: %v", ErrBadRequest, hash, err))
+		}
+	}
+	origin := req
+	origin.Resume = false
+	originJSON, _ := json.Marshal(origin)
+	events := &Events{JS: r.JS}
+	sinks := Sinks{events}
+	if ctl == nil {
+		ctl = &agent.Control{}
+	}
+	// Stopped from outside the run (the runner shutting down), not by a
+	// cancel: the run is not over, only this runner's part of it.
+	interrupted := func() bool { _, asked := ctl.Cancelled(); return ctx.Err() != nil && !asked }
+	var feed *Feed
+	if hash != "" {
+		feed = &Feed{Sender: stream.Sender{Pub: r.JS, Partitions: r.Partitions}, Starts: r.Streams, PolicyHash: hash,
+			Continuing: continuing, Hold: interrupted}
+		sinks = append(sinks, feed)
+	}
+	sinks = append(sinks, extra)
+	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace})
+	if err != nil {
+		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	cfg.Origin = originJSON
+	a, err := agent.New(cfg)
+	if err != nil {
+		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	var res agent.Result
+	if req.Resume {
+		res, err = a.Resume(ctx, req.SessionID, ctl, agent.WithRunID(req.RunID))
+	} else {
+		res, err = a.Run(ctx, req.Goal, ctl, agent.WithRunID(req.RunID), agent.WithSessionID(req.SessionID))
+	}
+	if err != nil {
+		bad := errors.Is(err, agent.ErrNotResumable) || errors.Is(err, agent.ErrSessionNotFound)
+		if bad {
+			err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+		return r.refuse(ctx, req, err)
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if interrupted() {
+		if st, err := r.Sessions.Load(fctx, req.SessionID); err == nil {
+			st.Status = agent.Running
+			if err := r.Sessions.Save(fctx, st); err != nil {
+				return Outcome{}, fmt.Errorf("%w; and marking session %s to go on failed: %v", ErrInterrupted, req.SessionID, err)
+			}
+		}
+		events.Flush(fctx)
+		return Outcome{}, ErrInterrupted
+	}
+	out := Outcome{Result: res, Agent: file.Name, PolicyHash: hash}
+	out.Problems = events.Flush(fctx)
+	if feed != nil {
+		out.Problems = append(out.Problems, feed.Errors()...)
+	}
+	for _, p := range out.Problems {
+		r.Log.Warn().Str("run_id", req.RunID).Msg(p)
+	}
+	return out, r.publish(fctx, req.RunID, out)
+}
+
+// merge fills a resume request from the session's original request.
+func merge(req Request, origin json.RawMessage) Request {
+	var o Request
+	if json.Unmarshal(origin, &o) != nil {
+		return req
+	}
+	if len(req.Config) == 0 {
+		req.Config = o.Config
+	}
+	if req.Workspace == "" {
+		req.Workspace = o.Workspace
+	}
+	if req.PolicyHash == "" {
+		req.PolicyHash = o.PolicyHash
+	}
+	return req
+}
+
+func outcomeOf(st *agent.State) Outcome {
+	res := agent.Result{Status: st.Status, Answer: st.FinalAnswer, Iterations: st.Iteration, TotalTokens: st.Usage.Total(),
+		CostUSD: st.CostUSD, SessionID: st.SessionID, RunID: st.RunID, Evidence: []string{}, UnmetRequirements: []string{}}
+	if st.Final != nil {
+		res.Confidence, res.Evidence, res.UnmetRequirements = st.Final.Confidence, st.Final.Evidence, st.Final.UnmetRequirements
+	}
+	return Outcome{Result: res, Agent: st.Agent}
+}
+
+func (r *Runner) refuse(ctx context.Context, req Request, err error) (Outcome, error) {
+	out := Outcome{Error: err.Error()}
+	out.RunID, out.SessionID, out.Status = req.RunID, req.SessionID, agent.Failed
+	if ValidID(req.RunID) && errors.Is(err, ErrBadRequest) {
+		if perr := r.publish(ctx, req.RunID, out); perr != nil {
+			r.Log.Warn().Err(perr).Msg("publishing a refused run's outcome")
+		}
+	}
+	return out, err
+}
+
+func (r *Runner) publish(ctx context.Context, runID string, out Outcome) error {
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(ResultPrefix + runID)
+	m.Data = b
+	m.Header.Set(jetstream.MsgIDHeader, "result-"+runID+"-"+string(out.Status))
+	if _, err := r.JS.PublishMsg(context.WithoutCancel(ctx), m); err != nil {
+		return fmt.Errorf("publishing the result of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// auditPolicy stores the run's audit policy (a file, or a bundled
+// template; the default when none is named) and returns its hash.
+func (r *Runner) auditPolicy(ctx context.Context, ref string) (string, error) {
+	if ref == "" {
+		ref = DefaultAuditPolicy
+	}
+	var p *policy.Policy
+	var err error
+	if fi, serr := os.Stat(ref); serr == nil && !fi.IsDir() {
+		p, err = policy.Load(ref)
+	} else if strings.ContainsAny(ref, `/\`) || filepath.Ext(ref) != "" {
+		return "", fmt.Errorf("%s: no such file", ref)
+	} else {
+		p, err = templates.Load(ref)
+	}
+	if err != nil {
+		return "", err
+	}
+	if _, err := policy.Compile(p); err != nil {
+		return "", err
+	}
+	return r.Policies.Put(ctx, p)
+}

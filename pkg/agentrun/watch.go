@@ -1,0 +1,166 @@
+package agentrun
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/ocsf"
+)
+
+// watch reads a stream's subjects through an ordered consumer and calls fn
+// for each message until ctx ends or fn returns false.
+func watch(ctx context.Context, js jetstream.JetStream, streamName string, subjects []string, deliverAll bool, fn func(jetstream.Msg) bool) (func(), error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy}
+	if deliverAll {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	cons, err := js.OrderedConsumer(ctx, streamName, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", streamName, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if cctx.Err() == nil && !fn(m) {
+			cancel()
+		}
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("reading %s: %w", streamName, err)
+	}
+	context.AfterFunc(cctx, cc.Stop)
+	return cancel, nil
+}
+
+// WatchViolations calls fn for each finding of the run's trace from now on.
+func WatchViolations(ctx context.Context, js jetstream.JetStream, runID string, fn func(ocsf.Finding)) (func(), error) {
+	return watch(ctx, js, pipelines.StreamViolations, []string{"troy.violations.>"}, false, func(m jetstream.Msg) bool {
+		var f ocsf.Finding
+		if json.Unmarshal(m.Data(), &f) == nil && f.Unmapped["trace_id"] == runID {
+			fn(f)
+		}
+		return true
+	})
+}
+
+// Follow calls fn for each event of a run, from its first, until fn
+// returns false or ctx ends.
+func Follow(ctx context.Context, js jetstream.JetStream, runID string, fn func(agent.Event) bool) (func(), error) {
+	return watch(ctx, js, pipelines.StreamAgentEvents, []string{EventsPrefix + runID + ".>"}, true, func(m jetstream.Msg) bool {
+		var ev agent.Event
+		if json.Unmarshal(m.Data(), &ev) != nil {
+			return true
+		}
+		return fn(ev)
+	})
+}
+
+// Events reads every stored event of a run.
+func ReadEvents(ctx context.Context, js jetstream.JetStream, runID string) ([]agent.Event, error) {
+	s, err := js.Stream(ctx, pipelines.StreamAgentEvents)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(EventsPrefix+runID+".>"))
+	if err != nil {
+		return nil, err
+	}
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("run %s: no events stored (unknown run, or older than the stream keeps)", runID)
+	}
+	var out []agent.Event
+	done := make(chan struct{})
+	stop, err := Follow(ctx, js, runID, func(ev agent.Event) bool {
+		out = append(out, ev)
+		if uint64(len(out)) >= total {
+			close(done)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	select {
+	case <-done:
+		return out, nil
+	case <-time.After(10 * time.Second):
+		return nil, fmt.Errorf("run %s: read %d of %d events in 10s", runID, len(out), total)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ReportWaiter waits for the audit report of a run's trace.
+type ReportWaiter struct {
+	ch   chan *events.Reported
+	stop func()
+}
+
+// WatchReport starts watching for the report before the run starts, so it
+// cannot be missed.
+func WatchReport(ctx context.Context, js jetstream.JetStream, runID string) (*ReportWaiter, error) {
+	w := &ReportWaiter{ch: make(chan *events.Reported, 1)}
+	stop, err := watch(ctx, js, pipelines.StreamOutcomes, []string{"troy.report.live"}, false, func(m jetstream.Msg) bool {
+		var r events.Reported
+		if json.Unmarshal(m.Data(), &r) == nil && r.Audit != nil && r.Audit.Trace != nil && r.Audit.Trace.TraceID == runID {
+			w.ch <- &r
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.stop = stop
+	return w, nil
+}
+
+// Wait returns the report, or an error after timeout.
+func (w *ReportWaiter) Wait(ctx context.Context, timeout time.Duration) (*events.Reported, error) {
+	defer w.stop()
+	select {
+	case r := <-w.ch:
+		return r, nil
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("no audit report within %s", timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// WaitResult waits for a run's outcome (already published, or to come).
+func WaitResult(ctx context.Context, js jetstream.JetStream, runID string) (Outcome, error) {
+	ch := make(chan Outcome, 1)
+	stop, err := watch(ctx, js, pipelines.StreamAgentEvents, []string{ResultPrefix + runID}, true, func(m jetstream.Msg) bool {
+		var o Outcome
+		if json.Unmarshal(m.Data(), &o) == nil {
+			ch <- o
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer stop()
+	select {
+	case o := <-ch:
+		return o, nil
+	case <-ctx.Done():
+		return Outcome{}, ctx.Err()
+	}
+}
+

@@ -1,0 +1,116 @@
+// Package agentrunner is the service that runs governed agents from the
+// work queue: it takes a run request from troy.agent.run, runs it (keeping
+// the message in progress meanwhile), and publishes the result on
+// troy.agent.result.<run_id>. A runner that dies mid-run leaves the request
+// to be redelivered; the next runner goes on with the run's session.
+package agentrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agentrun"
+	"github.com/troy-audit/troy/pkg/bus"
+)
+
+// Consumer is the durable consumer this service reads.
+const Consumer = pipelines.ConsumerAgentRunner
+
+// Consumes lists the subjects this service reads.
+var Consumes = []string{agentrun.SubjectRun}
+
+// Produces lists the pipeline stages this service publishes to: none (a
+// run's events, steps and result go out through pkg/agentrun).
+var Produces = []string{}
+
+// Config tunes the service.
+type Config struct {
+	// Workers is how many runs one process drives at once.
+	Workers int
+	// MaxRun bounds one run, whatever its config's budget says.
+	MaxRun time.Duration
+	// Partitions of the streamed-trace subjects (the topology's).
+	Partitions int
+	// Lookup resolves ${VAR} in run configs after the environment.
+	Lookup func(string) (string, bool)
+}
+
+// DefaultConfig is used where a field is left zero.
+func DefaultConfig() Config { return Config{Workers: 4, MaxRun: time.Hour, Partitions: 8} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("agent-runner: workers must be at least 1, got %d", c.Workers)
+	}
+	if c.MaxRun <= 0 {
+		return fmt.Errorf("agent-runner: max run time must be positive, got %s", c.MaxRun)
+	}
+	return nil
+}
+
+// Service is the agent runner.
+type Service struct {
+	deps   bus.Deps
+	cfg    Config
+	runner *agentrun.Runner
+	nc     *nats.Conn
+}
+
+// New builds the service; nc receives cancel requests (core NATS).
+func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r, err := agentrun.New(ctx, deps.JS, cfg.Partitions, deps.Log.With().Str("service", "agent-runner").Logger())
+	if err != nil {
+		return nil, err
+	}
+	r.Lookup = cfg.Lookup
+	return &Service{deps: deps, cfg: cfg, runner: r, nc: nc}, nil
+}
+
+// Run consumes until ctx is cancelled, on watermill's router.
+func (s *Service) Run(ctx context.Context) error {
+	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithTimeout(s.cfg.MaxRun))
+}
+
+// Handle runs one request to its end.
+func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
+	var req agentrun.Request
+	if err := json.Unmarshal(m.Payload, &req); err != nil {
+		return nil, bus.Permanent(fmt.Errorf("run request is not JSON of {run_id, session_id, goal, config, …}: %w", err))
+	}
+	ctl := &agent.Control{}
+	if s.nc != nil && agentrun.ValidID(req.RunID) {
+		sub, err := s.nc.Subscribe(agentrun.CancelPrefix+req.RunID, func(msg *nats.Msg) {
+			reason := string(msg.Data)
+			if reason == "" {
+				reason = "cancelled by request"
+			}
+			ctl.Cancel(reason)
+			_ = msg.Respond([]byte("ok"))
+		})
+		if err == nil {
+			defer sub.Unsubscribe()
+		}
+	}
+	out, err := s.runner.Execute(m.Context(), req, ctl, nil)
+	switch {
+	case errors.Is(err, agentrun.ErrBadRequest):
+		return nil, bus.Permanent(err)
+	case err != nil:
+		return nil, err
+	}
+	s.deps.Log.Info().Str("run_id", out.RunID).Str("session_id", out.SessionID).Str("status", string(out.Status)).
+		Int("iterations", out.Iterations).Msg("agent run ended")
+	return nil, nil
+}
