@@ -163,4 +163,3 @@ func WaitResult(ctx context.Context, js jetstream.JetStream, runID string) (Outc
 		return Outcome{}, ctx.Err()
 	}
 }
-
