@@ -11,12 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/services/agentrunner"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
 	"github.com/troy-audit/troy/services/graph"
@@ -41,6 +43,7 @@ var services = []struct {
 	{explainer.Consumer, explainer.Consumes, explainer.Produces},
 	{scorer.Consumer, scorer.Consumes, scorer.Produces},
 	{reporter.Consumer, reporter.Consumes, reporter.Produces},
+	{agentrunner.Consumer, agentrunner.Consumes, agentrunner.Produces},
 	{splunk.Consumer, splunk.Consumes, splunk.Produces},
 	{syslog.Consumer, syslog.Consumes, syslog.Produces},
 }
@@ -104,7 +107,7 @@ func TestTopologyMatchesCode(t *testing.T) {
 	for _, b := range topo.Buckets {
 		buckets = append(buckets, b.Name)
 	}
-	inCode := []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket, explain.CacheBucket}
+	inCode := []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket, explain.CacheBucket, agentrun.SessionsBucket}
 	for _, b := range inCode {
 		assert.True(t, slices.Contains(buckets, b), "bucket %s used in code is provisioned", b)
 	}

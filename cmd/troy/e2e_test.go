@@ -402,7 +402,7 @@ func TestServeTargetsAgainstACluster(t *testing.T) {
 
 	r = troy(t, dir, "serve", "--target", "evaluatr")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, `--target "evaluatr": want all or one or more of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, splunk, syslog`)
+	assert.Contains(t, r.stderr, `--target "evaluatr": want all or one or more of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, agent-runner, splunk, syslog`)
 }
 
 var bannerNATS = regexp.MustCompile(`nats: (nats://\S+)`)

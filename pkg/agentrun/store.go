@@ -13,15 +13,18 @@ import (
 	"github.com/troy-audit/troy/pkg/agent"
 )
 
+// SessionsBucket holds the sessions.
+const SessionsBucket = pipelines.BucketAgentSessions
+
 // Sessions keeps agent sessions in the JetStream KV bucket
 // troy_agent_sessions: a crash or a cancel resumes from the last phase.
 type Sessions struct{ kv jetstream.KeyValue }
 
 // OpenSessions opens the bucket (provisioned from the topology).
 func OpenSessions(ctx context.Context, js jetstream.JetStream) (*Sessions, error) {
-	kv, err := js.KeyValue(ctx, pipelines.BucketAgentSessions)
+	kv, err := js.KeyValue(ctx, SessionsBucket)
 	if err != nil {
-		return nil, fmt.Errorf("agent sessions: bucket %s: %w", pipelines.BucketAgentSessions, err)
+		return nil, fmt.Errorf("agent sessions: bucket %s: %w", SessionsBucket, err)
 	}
 	return &Sessions{kv: kv}, nil
 }

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	return root
+}
+
+// The README's agent example: offline, no key, no network, complete.
+func TestAgentOfflineExample(t *testing.T) {
+	root := repoRoot(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "agent", "run", filepath.Join(root, "examples/agents/offline.yaml"),
+		"Profile examples/data/sales.csv and name the top 3 regions", "--workspace", root, "--out-dir", "rep")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, "[complete] Top 3 regions by revenue"), r.stdout)
+	assert.Contains(t, r.stdout, "3 iteration(s)")
+	for _, want := range []string{"[1] plan: analyze_data for step s1", "[2] result ok", "East | 25312.5", "■ end: complete", "troy: audit: risk 0/100"} {
+		assert.Contains(t, r.stderr, want)
+	}
+	md := string(read(t, dir, "rep/report.md"))
+	assert.Contains(t, md, "| Agent | data-analyst |")
+
+	r = troy(t, dir, "agent", "list", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var list []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.Len(t, list, 1)
+	assert.Equal(t, "complete", list[0]["status"])
+	run, session := list[0]["run_id"].(string), list[0]["session_id"].(string)
+
+	r = troy(t, dir, "agent", "show", run)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "# Run `"+run+"`")
+	assert.Contains(t, r.stdout, "## Outcome: complete")
+
+	r = troy(t, dir, "agent", "resume", session)
+	assert.Equal(t, 2, r.code, "a complete session cannot be resumed: %s", r.stderr)
+	assert.Contains(t, r.stderr, "cannot be resumed")
+}
+
+func writeAgent(t *testing.T, dir, script string) string {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644))
+	cfg := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("name: tester\nllm: {provider: scripted, script: script.yaml}\n"+
+		"tools: [file_system, execute_code, submit]\naudit: {enabled: false}\n"), 0o644))
+	return cfg
+}
+
+func plan(step, tool string) string {
+	return `{"text": "<plan>{\"goal_restatement\": \"g\", \"steps\": [{\"id\": \"s1\", \"description\": \"work\"}, {\"id\": \"s2\", \"description\": \"answer\"}], ` +
+		`\"next_action\": {\"step_id\": \"` + step + `\", \"tool\": \"` + tool + `\", \"rationale\": \"r\", \"success_criteria\": \"c\"}}</plan>"}`
+}
+
+const submitComplete = `{"tool_calls": [{"name": "submit", "arguments": {"answer": "done", "status": "complete", "confidence": 1}}]}`
+
+func TestAgentExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeAgent(t, dir, "responses: ["+plan("s2", "submit")+", "+submitComplete+"]\n")
+	r := troy(t, dir, "agent", "run", cfg, "say done", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+	for _, k := range []string{"status", "answer", "confidence", "evidence", "unmet_requirements", "iterations", "total_tokens", "cost_usd", "duration_s", "session_id", "run_id"} {
+		assert.Contains(t, out, k)
+	}
+	assert.Equal(t, "complete", out["status"])
+
+	// goal on stdin
+	cmd := troyCmd(context.Background(), dir, "agent", "run", cfg)
+	cmd.Stdin = strings.NewReader("  say done  \n")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	assert.Contains(t, string(b), "[complete] done")
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent", "run", filepath.Join(dir, "missing.yaml"), "g"}, "not found"},
+		{[]string{"agent", "run", filepath.Join(dir, "a.toml"), "g"}, "unrecognized config extension"},
+		{[]string{"agent", "run", cfg, "   "}, "the goal is empty"},
+		{[]string{"agent", "run"}, "accepts between 1 and 2 arg(s)"},
+		{[]string{"agent", "run", cfg, "g", "--no-such-flag"}, "unknown flag"},
+		{[]string{"agent", "resume", "nosuchsession"}, "no session nosuchsession"},
+	}
+	for _, c := range cases {
+		cmd := troyCmd(context.Background(), dir, c.args...)
+		cmd.Stdin = strings.NewReader("")
+		b, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", c.args, b)
+		assert.Equal(t, 2, ee.ExitCode(), "%v: %s", c.args, b)
+		assert.Contains(t, string(b), c.want, c.args)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("name: x\nllm: {provider: scripted, script: script.yaml}\nbudgt: {}\n"), 0o644))
+	r = troy(t, dir, "agent", "run", bad, "g")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "budgt: unknown key; allowed: name, llm")
+
+	// A run that does not end complete exits 1: the script runs out.
+	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "file_system")+"]\n")
+	r = troy(t, dir, "agent", "run", cfg, "g")
+	assert.Equal(t, 1, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "[failed] The model provider failed during act")
+}
+
+// The first Ctrl-C cancels at the next checkpoint and still prints a
+// result; the session then resumes to the end.
+func TestAgentCtrlCThenResume(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "echo started; sleep 2; echo >> ran.txt"}}]}]`+"\n")
+	cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "work then answer")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stderr)
+	var seen strings.Builder
+	for sc.Scan() {
+		seen.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "[1] call execute_code") {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			break
+		}
+	}
+	for sc.Scan() {
+		seen.WriteString(sc.Text() + "\n")
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, seen.String())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, seen.String(), "cancelling at the next checkpoint")
+	assert.Contains(t, stdout.String(), "[cancelled] Run cancelled: interrupted (Ctrl-C)")
+	assert.FileExists(t, filepath.Join(dir, "ran.txt"), "the call in flight finished")
+	session := strings.TrimPrefix(strings.Fields(stdout.String()[strings.Index(stdout.String(), "session="):])[0], "session=")
+
+	// The resumed session re-reads its config: the script goes on from here.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte("responses: ["+plan("s2", "submit")+", "+submitComplete+"]\n"), 0o644))
+	r := troy(t, dir, "agent", "resume", session)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "[complete] done")
+	assert.Contains(t, r.stdout, "2 iteration(s)", "numbering goes on")
+	assert.Contains(t, r.stderr, "(resumed)")
+
+	// A second Ctrl-C stops at once, still with a result.
+	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 30"}}]}]`+"\n")
+	cmd = troyCmd(context.Background(), dir, "agent", "run", cfg, "sleep")
+	stderr, err = cmd.StderrPipe()
+	require.NoError(t, err)
+	stdout.Reset()
+	cmd.Stdout = &stdout
+	require.NoError(t, cmd.Start())
+	start := time.Now()
+	sc = bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "[1] call execute_code") {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			time.Sleep(200 * time.Millisecond)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			break
+		}
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	err = cmd.Wait()
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Less(t, time.Since(start), 15*time.Second, "the 30 s sleep was killed")
+	assert.Contains(t, stdout.String(), "[cancelled]")
+}

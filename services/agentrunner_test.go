@@ -1,0 +1,219 @@
+package services_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/spec"
+	"github.com/troy-audit/troy/pkg/agentrun"
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/llm/llmtest"
+	"github.com/troy-audit/troy/pkg/ocsf"
+	"github.com/troy-audit/troy/services/agentrunner"
+)
+
+func planText(step, tool string) string {
+	b, _ := json.Marshal(map[string]any{"goal_restatement": "write a file, then answer",
+		"steps":       []map[string]any{{"id": "s1", "description": "write"}, {"id": "s2", "description": "answer"}},
+		"next_action": map[string]any{"step_id": step, "tool": tool, "rationale": "because " + step, "success_criteria": "it is done"}})
+	return "<plan>" + string(b) + "</plan>"
+}
+
+const evalText = `<evaluation>{"outcome": "success", "evidence": "Wrote 2 characters to f.txt", "completed_step_ids": ["s1"], "goal_status": "in_progress", "next_step": "answer"}</evaluation>`
+
+var (
+	writeCall  = [][2]string{{"file_system", `{"operation":"write","path":"f.txt","content":"hi"}`}}
+	submitCall = [][2]string{{"submit", `{"answer":"wrote f.txt","status":"complete","confidence":1}`}}
+)
+
+// agentSetup starts the pipeline and returns a request for a run on an
+// OpenAI-compatible server, audited against a policy that flags every
+// file_system call.
+func agentSetup(t *testing.T, llmURL string) (*bustest.Server, bus.Deps, agentrun.Request, string) {
+	t.Helper()
+	srv, deps := bustest.Provisioned(t)
+	start(t, all(t, deps)...)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	require.NoError(t, os.MkdirAll(ws, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(`
+policy_id: agent-test
+rules:
+  - rule_id: fs-touch
+    description: the agent touched the file system
+    condition: step.type == 'tool_call' and step.name == 'file_system'
+    severity: high
+`), 0o644))
+	t.Setenv("TROY_TEST_LLM_KEY", "sk-test-agent")
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`name: writer
+llm: {provider: openai, model: gpt-4o-mini, base_url: "`+llmURL+`", api_key: "${TROY_TEST_LLM_KEY}", max_retries: 0, timeout_s: 30}
+tools: [file_system, submit]
+audit: {policy: policy.yaml}
+`), 0o644))
+	_, err := spec.Load(cfgPath, nil)
+	require.NoError(t, err)
+	portable, err := spec.Portable(cfgPath)
+	require.NoError(t, err)
+	assert.NotContains(t, string(portable), "sk-test-agent", "no key travels in the request")
+	req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: "write hi to f.txt", Config: portable, Workspace: ws}
+	return srv, deps, req, ws
+}
+
+func runnerService(t *testing.T, deps bus.Deps, nc *nats.Conn) *agentrunner.Service {
+	t.Helper()
+	s, err := agentrunner.New(context.Background(), deps, nc, agentrunner.DefaultConfig())
+	require.NoError(t, err)
+	return s
+}
+
+func submit(t *testing.T, srv *bustest.Server, req agentrun.Request) {
+	t.Helper()
+	b, err := json.Marshal(req)
+	require.NoError(t, err)
+	_, err = srv.JS.Publish(context.Background(), agentrun.SubjectRun, b)
+	require.NoError(t, err)
+}
+
+// A run's violations reach troy.violations.> while it runs: the model's
+// OBSERVE answer is held back until the finding for the file_system call
+// has arrived, so the run cannot have ended first.
+func TestAgentRunIsAuditedWhileItRuns(t *testing.T) {
+	seen := make(chan struct{})
+	var calls atomic.Int32
+	llm := llmtest.New(t, func(call int, r llmtest.Request) llmtest.Response {
+		calls.Store(int32(call))
+		switch call {
+		case 1:
+			return llmtest.Response{Content: planText("s1", "file_system")}
+		case 2:
+			return llmtest.Response{ToolCalls: writeCall}
+		case 3:
+			select { // OBSERVE waits for the violation
+			case <-seen:
+			case <-time.After(20 * time.Second):
+			}
+			return llmtest.Response{Content: evalText}
+		case 4:
+			return llmtest.Response{Content: planText("s2", "submit")}
+		default:
+			return llmtest.Response{ToolCalls: submitCall}
+		}
+	})
+	srv, deps, req, ws := agentSetup(t, llm.BaseURL())
+	start(t, runnerService(t, deps, srv.NC))
+	var once sync.Once
+	var before int32
+	stop, err := agentrun.WatchViolations(context.Background(), srv.JS, req.RunID, func(f ocsf.Finding) {
+		once.Do(func() { before = calls.Load(); close(seen) })
+	})
+	require.NoError(t, err)
+	defer stop()
+	reports := subscribe(t, srv.NC, "troy.report.live")
+	submit(t, srv, req)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := agentrun.WaitResult(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, agent.Complete, out.Status, out.Answer+out.Error)
+	select {
+	case <-seen:
+	default:
+		t.Fatal("no violation was published for the file_system call")
+	}
+	assert.LessOrEqual(t, before, int32(3), "the finding arrived before the model's OBSERVE answer, so before the run ended")
+	b, err := os.ReadFile(filepath.Join(ws, "f.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "hi", string(b))
+
+	var rep events.Reported
+	require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+	assert.Equal(t, req.RunID, rep.Audit.Trace.TraceID)
+	assert.Equal(t, "writer", rep.Audit.Trace.AgentName)
+	require.Len(t, rep.Audit.Violations, 1)
+	assert.Equal(t, "fs-touch", rep.Audit.Violations[0].RuleID)
+
+	evs, err := agentrun.ReadEvents(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	assert.Equal(t, agent.EventRunStart, evs[0].Type)
+	assert.Equal(t, agent.EventRunEnd, evs[len(evs)-1].Type)
+}
+
+// Two runners share the queue; the one running a request is stopped in the
+// middle of a model call, and the other goes on with the same run and
+// session to the end.
+func TestAgentRunnerStoppedMidRunIsResumedByAnother(t *testing.T) {
+	var second atomic.Bool
+	inflight := make(chan struct{})
+	var once sync.Once
+	llm := llmtest.New(t, func(call int, r llmtest.Request) llmtest.Response {
+		switch call {
+		case 1:
+			return llmtest.Response{Content: planText("s1", "file_system")}
+		case 2: // ACT of the first runner: it is stopped while waiting
+			once.Do(func() { close(inflight) })
+			return llmtest.Response{ToolCalls: writeCall, Delay: time.Minute}
+		case 3:
+			second.Store(true)
+			return llmtest.Response{Content: planText("s1", "file_system")}
+		case 4:
+			return llmtest.Response{ToolCalls: writeCall}
+		case 5:
+			return llmtest.Response{Content: evalText}
+		case 6:
+			return llmtest.Response{Content: planText("s2", "submit")}
+		default:
+			return llmtest.Response{ToolCalls: submitCall}
+		}
+	})
+	srv, deps, req, ws := agentSetup(t, llm.BaseURL())
+	stopFirst := start(t, runnerService(t, deps, srv.NC))
+	submit(t, srv, req)
+	select {
+	case <-inflight:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the first runner never reached ACT")
+	}
+	stopFirst() // the runner shuts down mid-call
+	sessions, err := agentrun.OpenSessions(context.Background(), srv.JS)
+	require.NoError(t, err)
+	st, err := sessions.Load(context.Background(), req.SessionID)
+	require.NoError(t, err)
+	assert.Equal(t, agent.Running, st.Status, "an interrupted run is left running, for the next runner")
+
+	start(t, runnerService(t, deps, srv.NC))
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	out, err := agentrun.WaitResult(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, agent.Complete, out.Status, out.Answer+out.Error)
+	assert.True(t, second.Load())
+	assert.Equal(t, req.RunID, out.RunID, "the same run goes on")
+	assert.Equal(t, 3, out.Iterations, "iteration 1 was cut short; 2 and 3 ran on the second runner")
+	b, err := os.ReadFile(filepath.Join(ws, "f.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "hi", string(b))
+	evs, err := agentrun.ReadEvents(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	var starts []bool
+	for _, e := range evs {
+		if e.Type == agent.EventRunStart {
+			starts = append(starts, e.Data["resumed"] == true)
+		}
+	}
+	assert.Equal(t, []bool{false, true}, starts)
+}
