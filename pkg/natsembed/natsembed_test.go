@@ -16,7 +16,7 @@ func TestLibrariesDoNotLinkTheServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	for _, pkg := range []string{"../guard", "../bus", "../policy", "../trace", "../policystore", "../report", "../httpapi"} {
+	for _, pkg := range []string{"../guard", "../bus", "../policy", "../trace", "../policystore", "../report", "../httpapi", "../agentrun", "../agent/spec"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		require.NoError(t, err, string(out))
 		for _, dep := range strings.Fields(string(out)) {

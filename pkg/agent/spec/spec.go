@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/datatool"
 	"github.com/troy-audit/troy/pkg/agent/skills"
 	"github.com/troy-audit/troy/pkg/agent/tools"
 	"github.com/troy-audit/troy/pkg/llm"
@@ -449,7 +450,7 @@ func without(list []string, s string) []string {
 func builtin(name string) tools.Tool {
 	switch name {
 	case "analyze_data":
-		return tools.AnalyzeData{}
+		return datatool.AnalyzeData{}
 	case "execute_code":
 		return tools.ExecuteCode{}
 	case "file_system":

@@ -121,6 +121,10 @@ func Confine(raw string) (string, *Error) {
 	return p, nil
 }
 
+// PathError maps an os error about the model's path raw onto the error
+// model, without the host's absolute paths.
+func PathError(err error, raw string) *Error { return fsError(err, raw) }
+
 // fsError maps an os error onto the error model.
 func fsError(err error, raw string) *Error {
 	switch {

@@ -1,4 +1,8 @@
-package tools
+// Package datatool is the analyze_data tool: questions about a tabular file
+// in the workspace, answered by DuckDB. It is a package of its own because
+// DuckDB is a cgo library of ~70 MB: programs that embed the agent loop
+// without it stay pure Go.
+package datatool
 
 import (
 	"context"
@@ -12,6 +16,8 @@ import (
 	"strings"
 
 	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
+
+	"github.com/troy-audit/troy/pkg/agent/tools"
 )
 
 // Limits of analyze_data.
@@ -38,13 +44,13 @@ type dataArgs struct {
 	Agg        map[string]string `json:"agg"`
 }
 
-// Spec implements Tool.
-func (AnalyzeData) Spec() Spec {
-	return Spec{
+// Spec implements tools.Tool.
+func (AnalyzeData) Spec() tools.Spec {
+	return tools.Spec{
 		Name: "analyze_data",
 		Description: "Analyse a CSV, TSV, JSON, JSONL or Parquet file in the workspace: profile, head, describe, value_counts, aggregate, correlate, " +
-			"or query (one read-only SQL SELECT over the table `data`). Output is at most 50 rows.",
-		Safety:  ReadOnly,
+			"or query (one read-only SQL SELECT over the table `data`). tools.Output is at most 50 rows.",
+		Safety:  tools.ReadOnly,
 		Returns: "a table as text",
 		InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false,"required":["operation","path"],
  "properties":{
@@ -60,63 +66,63 @@ func (AnalyzeData) Spec() Spec {
 	}
 }
 
-// Run implements Tool.
-func (AnalyzeData) Run(ctx context.Context, env *Env, raw json.RawMessage) (Output, *Error) {
+// Run implements tools.Tool.
+func (AnalyzeData) Run(ctx context.Context, env *tools.Env, raw json.RawMessage) (tools.Output, *tools.Error) {
 	var a dataArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
-		return Output{}, Errorf(InvalidInput, "analyze_data arguments: %v", err)
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "analyze_data arguments: %v", err)
 	}
 	if a.N <= 0 {
 		a.N = 10
 	}
 	switch {
 	case a.Operation == "query" && strings.TrimSpace(a.Expression) == "":
-		return Output{}, Errorf(InvalidInput, "`expression` is required for query.").Fix("Send a SELECT over the table `data`.")
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "`expression` is required for query.").Fix("Send a SELECT over the table `data`.")
 	case a.Operation == "value_counts" && a.Column == "":
-		return Output{}, Errorf(InvalidInput, "`column` is required for value_counts.")
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "`column` is required for value_counts.")
 	case a.Operation == "aggregate" && (a.GroupBy == nil || len(a.Agg) == 0):
-		return Output{}, Errorf(InvalidInput, "`group_by` and `agg` are required for aggregate.").
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "`group_by` and `agg` are required for aggregate.").
 			Fix(`For example group_by: "region", agg: {"revenue": "sum"}.`)
 	}
 	file, e := dataFile(env, a.Path)
 	if e != nil {
-		return Output{}, e
+		return tools.Output{}, e
 	}
 	reader, e := readerFor(file)
 	if e != nil {
-		return Output{}, e
+		return tools.Output{}, e
 	}
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
-		return Output{}, Errorf(DependencyMissing, "DuckDB could not start: %v", err)
+		return tools.Output{}, tools.Errorf(tools.DependencyMissing, "DuckDB could not start: %v", err)
 	}
 	defer db.Close()
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return Output{}, Errorf(Internal, "DuckDB connection: %v", err)
+		return tools.Output{}, tools.Errorf(tools.Internal, "DuckDB connection: %v", err)
 	}
 	defer conn.Close()
 	for _, s := range []string{"SET threads = 1", "SET memory_limit = '" + dataMemoryLimit + "'", "SET autoinstall_known_extensions = false", "SET autoload_known_extensions = false"} {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return Output{}, Errorf(Internal, "DuckDB setting %q: %v", s, err)
+			return tools.Output{}, tools.Errorf(tools.Internal, "DuckDB setting %q: %v", s, err)
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "CREATE TABLE data AS SELECT * FROM "+reader); err != nil {
 		if ctx.Err() != nil {
-			return Output{}, Errorf(Timeout, "Reading %s was stopped: %v", a.Path, ctx.Err())
+			return tools.Output{}, tools.Errorf(tools.Timeout, "Reading %s was stopped: %v", a.Path, ctx.Err())
 		}
-		return Output{}, Errorf(ExecutionFailed, "Could not parse %s: %s", a.Path, cleanDuck(err)).
+		return tools.Output{}, tools.Errorf(tools.ExecutionFailed, "Could not parse %s: %s", a.Path, cleanDuck(err)).
 			Fix("Check the file's format matches its extension.")
 	}
 	// From here on the connection reads nothing but the table.
 	for _, s := range []string{"SET enable_external_access = false", "SET lock_configuration = true"} {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return Output{}, Errorf(Internal, "DuckDB setting %q: %v", s, err)
+			return tools.Output{}, tools.Errorf(tools.Internal, "DuckDB setting %q: %v", s, err)
 		}
 	}
 	cols, types, e := columns(ctx, conn)
 	if e != nil {
-		return Output{}, e
+		return tools.Output{}, e
 	}
 	d := &dataset{conn: conn, cols: cols, types: types}
 	switch a.Operation {
@@ -128,7 +134,7 @@ func (AnalyzeData) Run(ctx context.Context, env *Env, raw json.RawMessage) (Outp
 		return d.table(ctx, "SELECT * FROM (SUMMARIZE data)", "")
 	case "value_counts":
 		if !slices.Contains(cols, a.Column) {
-			return Output{}, unknownColumn(a.Column, cols)
+			return tools.Output{}, unknownColumn(a.Column, cols)
 		}
 		q := fmt.Sprintf("SELECT %s, count(*) AS count FROM data GROUP BY ALL ORDER BY count DESC, 1 LIMIT %d", ident(a.Column), a.N)
 		return d.table(ctx, q, fmt.Sprintf("SELECT count(DISTINCT %s) FROM data", ident(a.Column)))
@@ -139,44 +145,44 @@ func (AnalyzeData) Run(ctx context.Context, env *Env, raw json.RawMessage) (Outp
 	case "query":
 		return d.query(ctx, a.Expression)
 	}
-	return Output{}, Errorf(InvalidInput, "Unknown operation %q.", a.Operation)
+	return tools.Output{}, tools.Errorf(tools.InvalidInput, "Unknown operation %q.", a.Operation)
 }
 
 // dataFile confines the path to the workspace, following links only as far
 // as they stay inside it.
-func dataFile(env *Env, raw string) (string, *Error) {
-	p, e := Confine(raw)
+func dataFile(env *tools.Env, raw string) (string, *tools.Error) {
+	p, e := tools.Confine(raw)
 	if e != nil {
 		return "", e
 	}
 	if env.Root == nil {
-		return "", Errorf(Internal, "analyze_data: the run has no workspace")
+		return "", tools.Errorf(tools.Internal, "analyze_data: the run has no workspace")
 	}
 	fi, err := env.Root.Stat(p) // refuses links that lead out
 	if err != nil {
-		return "", fsError(err, raw)
+		return "", tools.PathError(err, raw)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", Errorf(InvalidInput, "%s is not a regular file.", raw)
+		return "", tools.Errorf(tools.InvalidInput, "%s is not a regular file.", raw)
 	}
 	if fi.Size() > MaxDataFileBytes {
-		return "", Errorf(ResourceLimit, "%s is %d bytes; analyze_data reads at most %d.", raw, fi.Size(), MaxDataFileBytes)
+		return "", tools.Errorf(tools.ResourceLimit, "%s is %d bytes; analyze_data reads at most %d.", raw, fi.Size(), MaxDataFileBytes)
 	}
 	ws, err := filepath.EvalSymlinks(env.Root.Name())
 	if err != nil {
-		return "", Errorf(Internal, "workspace: %v", err)
+		return "", tools.Errorf(tools.Internal, "workspace: %v", err)
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(ws, filepath.FromSlash(p)))
 	if err != nil {
-		return "", fsError(err, raw)
+		return "", tools.PathError(err, raw)
 	}
 	if rel, err := filepath.Rel(ws, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", Errorf(UnsafeOperation, "Path escapes the workspace sandbox: %s", raw)
+		return "", tools.Errorf(tools.UnsafeOperation, "Path escapes the workspace sandbox: %s", raw)
 	}
 	return real, nil
 }
 
-func readerFor(file string) (string, *Error) {
+func readerFor(file string) (string, *tools.Error) {
 	lit := "'" + strings.ReplaceAll(file, "'", "''") + "'"
 	switch ext := strings.ToLower(filepath.Ext(file)); ext {
 	case ".csv":
@@ -193,7 +199,7 @@ func readerFor(file string) (string, *Error) {
 		if ext == "" {
 			ext = "(none)"
 		}
-		return "", Errorf(InvalidInput, "Unsupported file type: %s", ext).Fix("analyze_data reads .csv, .tsv, .json, .jsonl and .parquet files.")
+		return "", tools.Errorf(tools.InvalidInput, "Unsupported file type: %s", ext).Fix("analyze_data reads .csv, .tsv, .json, .jsonl and .parquet files.")
 	}
 }
 
@@ -210,21 +216,21 @@ func cleanDuck(err error) string {
 	return msg
 }
 
-func unknownColumn(c string, cols []string) *Error {
-	return Errorf(InvalidInput, "No column named %q.", c).Fix("Columns: " + strings.Join(cols, ", ") + ".")
+func unknownColumn(c string, cols []string) *tools.Error {
+	return tools.Errorf(tools.InvalidInput, "No column named %q.", c).Fix("Columns: " + strings.Join(cols, ", ") + ".")
 }
 
-func columns(ctx context.Context, conn *sql.Conn) ([]string, []string, *Error) {
+func columns(ctx context.Context, conn *sql.Conn) ([]string, []string, *tools.Error) {
 	rows, err := conn.QueryContext(ctx, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'data' ORDER BY ordinal_position")
 	if err != nil {
-		return nil, nil, Errorf(Internal, "columns: %v", err)
+		return nil, nil, tools.Errorf(tools.Internal, "columns: %v", err)
 	}
 	defer rows.Close()
 	var cols, types []string
 	for rows.Next() {
 		var c, t string
 		if err := rows.Scan(&c, &t); err != nil {
-			return nil, nil, Errorf(Internal, "columns: %v", err)
+			return nil, nil, tools.Errorf(tools.Internal, "columns: %v", err)
 		}
 		cols, types = append(cols, c), append(types, t)
 	}
@@ -243,10 +249,10 @@ func (d *dataset) scalar(ctx context.Context, q string) (int64, error) {
 	return n, err
 }
 
-func (d *dataset) profile(ctx context.Context) (Output, *Error) {
+func (d *dataset) profile(ctx context.Context) (tools.Output, *tools.Error) {
 	rows, err := d.scalar(ctx, "SELECT count(*) FROM data")
 	if err != nil {
-		return Output{}, Errorf(ExecutionFailed, "%s", cleanDuck(err))
+		return tools.Output{}, tools.Errorf(tools.ExecutionFailed, "%s", cleanDuck(err))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "shape: %d rows x %d columns\n", rows, len(d.cols))
@@ -254,7 +260,7 @@ func (d *dataset) profile(ctx context.Context) (Output, *Error) {
 		var nulls, unique int64
 		q := fmt.Sprintf("SELECT count(*) - count(%[1]s), count(DISTINCT %[1]s) FROM data", ident(c))
 		if err := d.conn.QueryRowContext(ctx, q).Scan(&nulls, &unique); err != nil {
-			return Output{}, Errorf(ExecutionFailed, "%s", cleanDuck(err))
+			return tools.Output{}, tools.Errorf(tools.ExecutionFailed, "%s", cleanDuck(err))
 		}
 		fmt.Fprintf(&b, "- %s (%s): nulls=%d unique=%d", c, d.types[i], nulls, unique)
 		if numeric(d.types[i]) {
@@ -266,7 +272,7 @@ func (d *dataset) profile(ctx context.Context) (Output, *Error) {
 		}
 		b.WriteByte('\n')
 	}
-	return Output{Content: strings.TrimRight(b.String(), "\n"), Data: map[string]any{"rows": rows, "columns": d.cols}}, nil
+	return tools.Output{Content: strings.TrimRight(b.String(), "\n"), Data: map[string]any{"rows": rows, "columns": d.cols}}, nil
 }
 
 func numeric(t string) bool {
@@ -281,7 +287,7 @@ func numeric(t string) bool {
 
 var aggFuncs = map[string]string{"sum": "sum", "mean": "avg", "avg": "avg", "min": "min", "max": "max", "count": "count", "median": "median", "std": "stddev_samp"}
 
-func (d *dataset) aggregate(ctx context.Context, a dataArgs) (Output, *Error) {
+func (d *dataset) aggregate(ctx context.Context, a dataArgs) (tools.Output, *tools.Error) {
 	var groups []string
 	switch g := a.GroupBy.(type) {
 	case string:
@@ -295,7 +301,7 @@ func (d *dataset) aggregate(ctx context.Context, a dataArgs) (Output, *Error) {
 	var sel, gb []string
 	for _, g := range groups {
 		if !slices.Contains(d.cols, g) {
-			return Output{}, unknownColumn(g, d.cols)
+			return tools.Output{}, unknownColumn(g, d.cols)
 		}
 		sel, gb = append(sel, ident(g)), append(gb, ident(g))
 	}
@@ -306,7 +312,7 @@ func (d *dataset) aggregate(ctx context.Context, a dataArgs) (Output, *Error) {
 	sort.Strings(keys)
 	for _, c := range keys {
 		if !slices.Contains(d.cols, c) {
-			return Output{}, unknownColumn(c, d.cols)
+			return tools.Output{}, unknownColumn(c, d.cols)
 		}
 		fn := a.Agg[c]
 		sel = append(sel, fmt.Sprintf("%s(%s) AS %s", aggFuncs[fn], ident(c), ident(fn+"_"+c)))
@@ -315,7 +321,7 @@ func (d *dataset) aggregate(ctx context.Context, a dataArgs) (Output, *Error) {
 	return d.table(ctx, q, fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM data GROUP BY %s)", strings.Join(gb, ", ")))
 }
 
-func (d *dataset) correlate(ctx context.Context, want []string) (Output, *Error) {
+func (d *dataset) correlate(ctx context.Context, want []string) (tools.Output, *tools.Error) {
 	var cols []string
 	for i, c := range d.cols {
 		if len(want) == 0 && numeric(d.types[i]) {
@@ -324,12 +330,12 @@ func (d *dataset) correlate(ctx context.Context, want []string) (Output, *Error)
 	}
 	for _, c := range want {
 		if !slices.Contains(d.cols, c) {
-			return Output{}, unknownColumn(c, d.cols)
+			return tools.Output{}, unknownColumn(c, d.cols)
 		}
 		cols = append(cols, c)
 	}
 	if len(cols) < 2 {
-		return Output{}, Errorf(InvalidInput, "correlate needs at least two numeric columns; found %d.", len(cols))
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "correlate needs at least two numeric columns; found %d.", len(cols))
 	}
 	var parts []string
 	for i := range cols {
@@ -346,13 +352,13 @@ var leadingComment = regexp.MustCompile(`^(\s*(--[^\n]*\n|/\*.*?\*/))*\s*`)
 
 // query runs one read-only statement. The connection cannot reach files or
 // change settings any more; this check also keeps it to reading.
-func (d *dataset) query(ctx context.Context, expr string) (Output, *Error) {
+func (d *dataset) query(ctx context.Context, expr string) (tools.Output, *tools.Error) {
 	q := strings.TrimSpace(expr)
 	q = strings.TrimSpace(strings.TrimSuffix(q, ";"))
 	head := strings.ToUpper(leadingComment.ReplaceAllString(q, ""))
 	if !(strings.HasPrefix(head, "SELECT") || strings.HasPrefix(head, "WITH") || strings.HasPrefix(head, "FROM") ||
 		strings.HasPrefix(head, "SUMMARIZE") || strings.HasPrefix(head, "DESCRIBE")) || strings.Contains(q, ";") {
-		return Output{}, Errorf(InvalidInput, "query takes one read-only statement (SELECT, WITH, FROM, SUMMARIZE or DESCRIBE).").
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "query takes one read-only statement (SELECT, WITH, FROM, SUMMARIZE or DESCRIBE).").
 			Fix("Send a single SELECT over the table `data`, without `;`.")
 	}
 	return d.table(ctx, q, "SELECT count(*) FROM ("+q+")")
@@ -360,13 +366,13 @@ func (d *dataset) query(ctx context.Context, expr string) (Output, *Error) {
 
 // table renders at most MaxDataRows rows of q; count, when given, says how
 // many there were in all.
-func (d *dataset) table(ctx context.Context, q, count string) (Output, *Error) {
+func (d *dataset) table(ctx context.Context, q, count string) (tools.Output, *tools.Error) {
 	rows, err := d.conn.QueryContext(ctx, fmt.Sprintf("SELECT * FROM (%s) LIMIT %d", q, MaxDataRows+1))
 	if err != nil {
 		if ctx.Err() != nil {
-			return Output{}, Errorf(Timeout, "The query was stopped: %v", ctx.Err())
+			return tools.Output{}, tools.Errorf(tools.Timeout, "The query was stopped: %v", ctx.Err())
 		}
-		return Output{}, Errorf(InvalidInput, "The query failed: %s", cleanDuck(err)).Fix("Columns: " + strings.Join(d.cols, ", ") + ".")
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "The query failed: %s", cleanDuck(err)).Fix("Columns: " + strings.Join(d.cols, ", ") + ".")
 	}
 	defer rows.Close()
 	cols, _ := rows.Columns()
@@ -378,7 +384,7 @@ func (d *dataset) table(ctx context.Context, q, count string) (Output, *Error) {
 			ptrs[i] = &vals[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
-			return Output{}, Errorf(ExecutionFailed, "%s", cleanDuck(err))
+			return tools.Output{}, tools.Errorf(tools.ExecutionFailed, "%s", cleanDuck(err))
 		}
 		line := make([]string, len(cols))
 		for i, v := range vals {
@@ -387,9 +393,9 @@ func (d *dataset) table(ctx context.Context, q, count string) (Output, *Error) {
 		lines = append(lines, line)
 	}
 	if err := rows.Err(); err != nil {
-		return Output{}, Errorf(InvalidInput, "The query failed: %s", cleanDuck(err))
+		return tools.Output{}, tools.Errorf(tools.InvalidInput, "The query failed: %s", cleanDuck(err))
 	}
-	out := Output{Data: map[string]any{"columns": cols}}
+	out := tools.Output{Data: map[string]any{"columns": cols}}
 	shown := len(lines)
 	if shown > MaxDataRows {
 		lines, shown, out.Truncated = lines[:MaxDataRows], MaxDataRows, true

@@ -1,4 +1,4 @@
-package tools
+package datatool
 
 import (
 	"os"
@@ -8,13 +8,36 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"context"
+	"encoding/json"
+
+	"github.com/troy-audit/troy/pkg/agent/tools"
 )
 
-func dataEnv(t *testing.T) (*Registry, *Env, string) {
+func newEnv(t *testing.T) (*tools.Env, string) {
 	t.Helper()
-	r := registry(t, AnalyzeData{})
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { root.Close() })
+	return &tools.Env{Root: root}, dir
+}
+
+func call(t *testing.T, r *tools.Registry, env *tools.Env, name string, args any) tools.Result {
+	t.Helper()
+	b, err := json.Marshal(args)
+	require.NoError(t, err)
+	return r.Invoke(context.Background(), env, tools.Call{ID: "c1", Name: name, Arguments: b})
+}
+
+func dataEnv(t *testing.T) (*tools.Registry, *tools.Env, string) {
+	t.Helper()
+	r, err := tools.NewRegistry(AnalyzeData{})
+	require.NoError(t, err)
 	env, dir := newEnv(t)
 	b, err := os.ReadFile("../../../examples/data/sales.csv")
+	require.NoError(t, err)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sales.csv"), b, 0o644))
 	return r, env, dir
@@ -70,25 +93,25 @@ func TestAnalyzeDataRefuses(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte("{nope"), 0o644))
 	cases := []struct {
 		args map[string]any
-		code Code
+		code tools.Code
 		msg  string
 	}{
-		{map[string]any{"operation": "profile", "path": "notes.txt"}, InvalidInput, "Unsupported file type: .txt"},
-		{map[string]any{"operation": "profile", "path": "missing.csv"}, NotFound, "No such file"},
-		{map[string]any{"operation": "profile", "path": "link.csv"}, UnsafeOperation, "escapes"},
-		{map[string]any{"operation": "profile", "path": "../secret.csv"}, UnsafeOperation, "escapes"},
-		{map[string]any{"operation": "profile", "path": "bad.json"}, ExecutionFailed, "Could not parse"},
-		{map[string]any{"operation": "query", "path": "sales.csv"}, InvalidInput, "`expression` is required"},
-		{map[string]any{"operation": "value_counts", "path": "sales.csv", "column": "nope"}, InvalidInput, `No column named "nope"`},
-		{map[string]any{"operation": "aggregate", "path": "sales.csv", "group_by": "nope", "agg": map[string]any{"revenue": "sum"}}, InvalidInput, "No column"},
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT nope FROM data"}, InvalidInput, "The query failed"},
+		{map[string]any{"operation": "profile", "path": "notes.txt"}, tools.InvalidInput, "Unsupported file type: .txt"},
+		{map[string]any{"operation": "profile", "path": "missing.csv"}, tools.NotFound, "No such file"},
+		{map[string]any{"operation": "profile", "path": "link.csv"}, tools.UnsafeOperation, "escapes"},
+		{map[string]any{"operation": "profile", "path": "../secret.csv"}, tools.UnsafeOperation, "escapes"},
+		{map[string]any{"operation": "profile", "path": "bad.json"}, tools.ExecutionFailed, "Could not parse"},
+		{map[string]any{"operation": "query", "path": "sales.csv"}, tools.InvalidInput, "`expression` is required"},
+		{map[string]any{"operation": "value_counts", "path": "sales.csv", "column": "nope"}, tools.InvalidInput, `No column named "nope"`},
+		{map[string]any{"operation": "aggregate", "path": "sales.csv", "group_by": "nope", "agg": map[string]any{"revenue": "sum"}}, tools.InvalidInput, "No column"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT nope FROM data"}, tools.InvalidInput, "The query failed"},
 		// Reading other files, writing files, extensions, settings: all refused.
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT * FROM read_csv('" + outside + "')"}, InvalidInput, "The query failed"},
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT * FROM '" + outside + "'"}, InvalidInput, "The query failed"},
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "COPY data TO 'out.csv'"}, InvalidInput, "one read-only statement"},
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT 1; COPY data TO 'out.csv'"}, InvalidInput, "one read-only statement"},
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "INSTALL httpfs"}, InvalidInput, "one read-only statement"},
-		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "WITH x AS (SELECT 1) SELECT * FROM read_text('" + outside + "')"}, InvalidInput, "The query failed"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT * FROM read_csv('" + outside + "')"}, tools.InvalidInput, "The query failed"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT * FROM '" + outside + "'"}, tools.InvalidInput, "The query failed"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "COPY data TO 'out.csv'"}, tools.InvalidInput, "one read-only statement"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "SELECT 1; COPY data TO 'out.csv'"}, tools.InvalidInput, "one read-only statement"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "INSTALL httpfs"}, tools.InvalidInput, "one read-only statement"},
+		{map[string]any{"operation": "query", "path": "sales.csv", "expression": "WITH x AS (SELECT 1) SELECT * FROM read_text('" + outside + "')"}, tools.InvalidInput, "The query failed"},
 	}
 	for _, c := range cases {
 		res := call(t, r, env, "analyze_data", c.args)
