@@ -14,7 +14,9 @@
 #      trace streamed whole;
 #   5. the transport: our watermill Publisher/Subscriber over raw jetstream
 #      against watermill-nats (tools/cmd/transportbench);
-#   6. the goals of the pipeline issue, each as a ratio: audit-batch on 10k
+#   6. the agent loop per iteration (in process and on the bus) and the
+#      tool registry's overhead per call;
+#   7. the goals of the pipeline issue, each as a ratio: audit-batch on 10k
 #      traces against 2,000 traces/s and against half the Python reference's
 #      bare rate (json.load + evaluate, same traces, same run); the evaluator
 #      against 20x Python's evaluate(); the in-process guard against p50 5 µs
@@ -105,6 +107,13 @@ batch() { # name traces-dir out-parent
 }
 
 echo
+echo "== agent loop: one iteration with a model that answers at once (3 calls, a no-op tool), and the registry's cost per call"
+go test -run '^$' -bench 'BenchmarkIteration$|BenchmarkRegistryInvoke' -benchtime 2s ./pkg/agent/ | tee "$WORK/agent.txt" | awk '/^Benchmark/ { for (i=1;i<=NF;i++) if ($(i)=="µs/iteration" || ($1 ~ /Registry/ && $(i)=="ns/op")) printf "  %-30s %10s %s\n", $1, $(i-1), $(i) }'
+echo "  on the bus (KV checkpoint after every phase, every event published, every step streamed to the audit log):"
+go test -run '^$' -bench 'BenchmarkIterationOnBus' -benchtime 2s ./pkg/agentrun/ | tee -a "$WORK/agent.txt" | awk '/^Benchmark/ { for (i=1;i<=NF;i++) if ($(i)=="µs/iteration") printf "  %-30s %10s %s\n", $1, $(i-1), $(i) }'
+AGENT_US=$(awk '/^BenchmarkIteration-/ { for (i=1;i<=NF;i++) if ($(i)=="µs/iteration") print $(i-1) }' "$WORK/agent.txt")
+
+echo
 echo "== troy audit-batch, embedded NATS, offline explainer"
 if [ -n "$SHM" ]; then
   batch "1k, output on tmpfs" "$WORK/t1k" "$SHM"
@@ -141,6 +150,7 @@ G99=$(awk '/^BenchmarkGuardInProcess/ { for (i=1;i<=NF;i++) if ($(i)=="p99-µs")
 ratio "guard in process: 5 µs / p50" 5 "$G50" "p50 $G50 µs"
 ratio "guard in process: 50 µs / p99" 50 "$G99" "p99 $G99 µs"
 ratio "peak RSS: 512 MiB / RSS at ${N_LARGE} traces" 512 "$BATCH_RSS" "$BATCH_RSS MiB"
+ratio "agent loop: 1,000 µs / µs per iteration" 1000 "$AGENT_US" "$AGENT_US µs"
 if [ -n "$HUGE_RSS" ]; then
   ratio "peak RSS: 512 MiB / RSS at ${N_HUGE} traces" 512 "$HUGE_RSS" "$HUGE_RSS MiB"
   ratio "flatness: RSS at ${N_LARGE} / RSS at ${N_HUGE} (1 is flat)" "$BATCH_RSS" "$HUGE_RSS" "$BATCH_RSS vs $HUGE_RSS MiB"

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	gojson "github.com/goccy/go-json"
+
 	"github.com/troy-audit/troy/pkg/agent/tools"
 	"github.com/troy-audit/troy/pkg/llm"
 )
@@ -142,8 +144,9 @@ func (s *MemoryStore) Save(_ context.Context, st *State) error {
 	return nil
 }
 
-// EncodeState is the stored form of a session.
-func EncodeState(st *State) ([]byte, error) { return json.Marshal(st) }
+// EncodeState is the stored form of a session. It runs after every phase
+// on a state that grows with the run, so it uses the faster encoder.
+func EncodeState(st *State) ([]byte, error) { return gojson.Marshal(st) }
 
 // DecodeState reads a stored session.
 func DecodeState(b []byte) (*State, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/agent"
@@ -17,9 +18,11 @@ import (
 // Feed turns a run's events into the steps of a trace (trace_id = run id)
 // and streams them into the audit pipeline as they happen: each ANALYZE,
 // ACT, EXECUTE and OBSERVE is a step, so the run's violations are found
-// while it runs and its report lands like any other audit.
+// while it runs and its report lands like any other audit. Steps are
+// published asynchronously, in order; Flush waits for them.
 type Feed struct {
-	Sender     stream.Sender
+	Sender     stream.Sender // message shapes
+	JS         jetstream.JetStream
 	Starts     stream.Starts
 	PolicyHash string
 	// Continuing is set when the run goes on after its runner died: the
@@ -35,7 +38,7 @@ type Feed struct {
 	lastRun string // the execute step, parent of the observation
 	calls   map[string]toolCall
 	errs    []string
-	ended   bool
+	futures []pending
 }
 
 type toolCall struct {
@@ -62,7 +65,11 @@ func (f *Feed) Emit(ev agent.Event) {
 		body, _ := json.Marshal(stream.Start{AgentName: ev.Agent, Metadata: map[string]any{
 			"session_id": ev.SessionID, "goal": ev.Data["goal"], "model": ev.Data["model"], "resumed": ev.Data["resumed"],
 			"runtime": "troy agent"}})
-		f.check(ev, f.Sender.Open(ctx, f.Starts, ev.RunID, body, f.PolicyHash))
+		if err := stream.Record(ctx, f.Starts, ev.RunID, body); err != nil {
+			f.check(ev, err)
+			return
+		}
+		f.publish(ev, f.Sender.StartMsg(ev.RunID, body, f.PolicyHash))
 	case agent.EventPlanCreated:
 		na, _ := ev.Data["next_action"].(map[string]any)
 		f.step(ctx, ev, &trace.Step{Type: trace.TypeLLMCall, Name: "analyze", Output: ev.Data, Description: str(na["rationale"])})
@@ -93,8 +100,7 @@ func (f *Feed) Emit(ev agent.Event) {
 		}
 		f.step(ctx, ev, &trace.Step{Type: trace.TypeDecision, Name: "run_end", Output: ev.Data,
 			Description: fmt.Sprintf("the run ended %v", ev.Data["status"])})
-		f.check(ev, f.Sender.End(ctx, ev.RunID, nil))
-		f.ended = true
+		f.publish(ev, f.Sender.EndMsg(ev.RunID, nil))
 	}
 }
 
@@ -127,7 +133,49 @@ func (f *Feed) step(ctx context.Context, ev agent.Event, s *trace.Step) {
 		f.check(ev, err)
 		return
 	}
-	f.check(ev, f.Sender.Steps(ctx, ev.RunID, body, ev.Agent, f.PolicyHash))
+	f.publish(ev, f.Sender.StepsMsg(ev.RunID, body, ev.Agent, f.PolicyHash))
+}
+
+func (f *Feed) publish(ev agent.Event, m *nats.Msg) {
+	fut, err := f.JS.PublishMsgAsync(m)
+	if err != nil {
+		f.check(ev, err)
+		return
+	}
+	f.futures = append(f.futures, pending{fut, ev.Type})
+	if len(f.futures) >= 256 { // bounded on long runs
+		f.settle(context.Background())
+	}
+}
+
+type pending struct {
+	fut jetstream.PubAckFuture
+	typ string
+}
+
+// Flush waits for the steps to be stored.
+func (f *Feed) Flush(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settle(ctx)
+}
+
+// settle waits for the pending publishes; f.mu is held.
+func (f *Feed) settle(ctx context.Context) {
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	for _, p := range f.futures {
+		select {
+		case <-p.fut.Ok():
+		case err := <-p.fut.Err():
+			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: %v", p.typ, err))
+		case <-t.C:
+			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: not stored within 10s", p.typ))
+		case <-ctx.Done():
+			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: %v", p.typ, ctx.Err()))
+		}
+	}
+	f.futures = nil
 }
 
 func (f *Feed) check(ev agent.Event, err error) {

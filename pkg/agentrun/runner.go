@@ -177,7 +177,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	interrupted := func() bool { _, asked := ctl.Cancelled(); return ctx.Err() != nil && !asked }
 	var feed *Feed
 	if hash != "" {
-		feed = &Feed{Sender: stream.Sender{Pub: r.JS, Partitions: r.Partitions}, Starts: r.Streams, PolicyHash: hash,
+		feed = &Feed{Sender: stream.Sender{Pub: r.JS, Partitions: r.Partitions}, JS: r.JS, Starts: r.Streams, PolicyHash: hash,
 			Continuing: continuing, Hold: interrupted}
 		sinks = append(sinks, feed)
 	}
@@ -214,11 +214,15 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 			}
 		}
 		events.Flush(fctx)
+		if feed != nil {
+			feed.Flush(fctx)
+		}
 		return Outcome{}, ErrInterrupted
 	}
 	out := Outcome{Result: res, Agent: file.Name, PolicyHash: hash}
 	out.Problems = events.Flush(fctx)
 	if feed != nil {
+		feed.Flush(fctx)
 		out.Problems = append(out.Problems, feed.Errors()...)
 	}
 	for _, p := range out.Problems {

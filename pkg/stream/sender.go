@@ -31,39 +31,53 @@ type Sender struct {
 // Start publishes a trace's start: body is a Start (agent, metadata),
 // policyHash the policy its steps are checked against.
 func (s Sender) Start(ctx context.Context, traceID string, body []byte, policyHash string) error {
+	_, err := s.Pub.PublishMsg(ctx, s.StartMsg(traceID, body, policyHash))
+	return err
+}
+
+// StartMsg is the message Start publishes.
+func (s Sender) StartMsg(traceID string, body []byte, policyHash string) *nats.Msg {
 	m := nats.NewMsg(bus.StreamSubject(bus.StreamStart, traceID, s.Partitions))
 	m.Data = body
 	m.Header.Set(bus.HeaderPolicy, policyHash)
-	_, err := s.Pub.PublishMsg(ctx, m)
-	return err
+	return m
 }
 
 // Steps publishes one step or a JSON list of them.
 func (s Sender) Steps(ctx context.Context, traceID string, body []byte, agent, policyHash string) error {
+	_, err := s.Pub.PublishMsg(ctx, s.StepsMsg(traceID, body, agent, policyHash))
+	return err
+}
+
+// StepsMsg is the message Steps publishes.
+func (s Sender) StepsMsg(traceID string, body []byte, agent, policyHash string) *nats.Msg {
 	m := nats.NewMsg(bus.StreamSubject(bus.StreamStep, traceID, s.Partitions))
 	m.Data = body
 	if agent != "" {
 		m.Header.Set(bus.HeaderAgent, agent)
 	}
 	m.Header.Set(bus.HeaderPolicy, policyHash)
-	_, err := s.Pub.PublishMsg(ctx, m)
-	return err
+	return m
 }
 
 // End publishes a trace's end; its report follows.
 func (s Sender) End(ctx context.Context, traceID string, body []byte) error {
-	m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, traceID, s.Partitions))
-	m.Data = body
-	_, err := s.Pub.PublishMsg(ctx, m)
+	_, err := s.Pub.PublishMsg(ctx, s.EndMsg(traceID, body))
 	return err
 }
 
-// Open starts a trace the caller owns (a fresh id): it records the start as
-// the HTTP endpoint does, so a client cannot start it a second time, then
-// publishes it.
-func (s Sender) Open(ctx context.Context, starts Starts, traceID string, body []byte, policyHash string) error {
+// EndMsg is the message End publishes.
+func (s Sender) EndMsg(traceID string, body []byte) *nats.Msg {
+	m := nats.NewMsg(bus.StreamSubject(bus.StreamEnd, traceID, s.Partitions))
+	m.Data = body
+	return m
+}
+
+// Record notes that a trace the caller owns (a fresh id) was started, as
+// the HTTP endpoint does, so a client cannot start it a second time.
+func Record(ctx context.Context, starts Starts, traceID string, body []byte) error {
 	if _, err := starts.Create(ctx, StartedKey(traceID), body); err != nil {
 		return fmt.Errorf("recording the start of %s: %w", traceID, err)
 	}
-	return s.Start(ctx, traceID, body, policyHash)
+	return nil
 }
