@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 
 help:
 	@echo "make build   - build $(BIN)"
-	@echo "make demo    - audit the shipped example traces (embedded NATS, offline explainer)"
+	@echo "make demo    - audit the shipped example traces, then run the offline example agent (embedded NATS, no key)"
 	@echo "make test    - unit, component and end-to-end tests, race detector on"
 	@echo "make bench   - evaluator and audit-batch benchmarks (figures on stdout)"
 	@echo "make fuzz    - every fuzz target for FUZZTIME each (default 30s)"
@@ -21,6 +21,7 @@ build:
 demo: build
 	$(BIN) audit-batch examples/traces examples/policy.yaml --out-dir logs/demo
 	@echo "open logs/demo/summary.md"
+	$(BIN) agent run examples/agents/offline.yaml "Profile examples/data/sales.csv and name the top 3 regions" --out-dir logs/demo/agent
 
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
