@@ -86,6 +86,7 @@ type Config struct {
 	Workspace          string
 	ExtraInstructions  string
 	MaxTokensPerCall   int
+	Compaction         Compaction
 	// CheckpointTimeout bounds a session save.
 	CheckpointTimeout time.Duration
 	// Origin is kept with a new session: what built the run (the runner's
@@ -212,6 +213,9 @@ type Result struct {
 	DurationS         float64  `json:"duration_s"`
 	SessionID         string   `json:"session_id"`
 	RunID             string   `json:"run_id"`
+	// Problems are failures around the run that did not stop it (an event
+	// sink that panicked).
+	Problems []string `json:"problems,omitempty"`
 }
 
 // OK reports a complete run.
@@ -287,6 +291,7 @@ type run struct {
 	iterations int
 	toolCalls  int
 	usage      llm.Usage
+	problems   []string
 }
 
 func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool) (Result, error) {
@@ -352,6 +357,12 @@ func (r *run) emit(typ, phase string, data map[string]any) {
 	if data == nil {
 		data = map[string]any{}
 	}
+	// A sink never breaks a run: its panic is noted in the result.
+	defer func() {
+		if p := recover(); p != nil && len(r.problems) < 20 {
+			r.problems = append(r.problems, fmt.Sprintf("event sink failed on %s: %v", typ, p))
+		}
+	}()
 	r.a.cfg.Sink.Emit(Event{ID: NewID(), TS: time.Now().UTC(), Type: typ, RunID: r.st.RunID, SessionID: r.st.SessionID,
 		Agent: r.a.cfg.Name, Iteration: r.st.Iteration, Phase: phase, Data: data})
 }
@@ -476,16 +487,31 @@ func (r *run) complete(ctx context.Context, phase string, withTools bool) (llm.C
 	if err := r.checkBudget(false); err != nil {
 		return llm.Completion{}, err
 	}
-	cfg := r.a.cfg
-	req := llm.Request{Phase: phase, ToolChoice: llm.ToolChoiceNone, MaxTokens: cfg.MaxTokensPerCall,
-		System: systemPrompt(r.st.Goal, cfg.Tools.Specs(), skillIndex(cfg.Skills), cfg.ExtraInstructions, r.st.Summary, r.st.Scratchpad),
-		Turns:  r.st.Transcript}
+	if err := r.compact(ctx); err != nil {
+		return llm.Completion{}, err
+	}
+	req := r.request(phase)
 	if withTools {
 		req.ToolChoice = llm.ToolChoiceRequired
-		for _, s := range cfg.Tools.Specs() {
+		for _, s := range r.a.cfg.Tools.Specs() {
 			req.Tools = append(req.Tools, llm.ToolSpec{Name: s.Name, Description: s.Description, Parameters: s.InputSchema})
 		}
 	}
+	return r.call(ctx, req)
+}
+
+// request is a phase's request over the conversation so far.
+func (r *run) request(phase string) llm.Request {
+	cfg := r.a.cfg
+	return llm.Request{Phase: phase, ToolChoice: llm.ToolChoiceNone, MaxTokens: cfg.MaxTokensPerCall,
+		System: systemPrompt(r.st.Goal, cfg.Tools.Specs(), skillIndex(cfg.Skills), cfg.ExtraInstructions, r.st.Summary, r.st.Scratchpad),
+		Turns:  r.st.Transcript}
+}
+
+// call makes one model call, with its events and accounting.
+func (r *run) call(ctx context.Context, req llm.Request) (llm.Completion, error) {
+	cfg := r.a.cfg
+	phase := req.Phase
 	model := cfg.Model.Model()
 	r.emit(EventLLMRequest, phase, map[string]any{"model": model})
 	start := time.Now()
@@ -688,6 +714,7 @@ func (r *run) finish(ctx context.Context, s *stop) Result {
 	r.emit(EventRunEnd, "", map[string]any{"status": string(res.Status), "answer": res.Answer, "iterations": res.Iterations,
 		"total_tokens": res.TotalTokens, "cost_usd": res.CostUSD, "duration_s": res.DurationS,
 		"confidence": res.Confidence, "evidence": res.Evidence, "unmet_requirements": res.UnmetRequirements})
+	res.Problems = r.problems
 	return res
 }
 

@@ -459,3 +459,21 @@ func TestMarkdown(t *testing.T) {
 		assert.Contains(t, md, want)
 	}
 }
+
+// A sink that panics never breaks a run.
+func TestFailingSinkDoesNotBreakTheRun(t *testing.T) {
+	h := newHarness(t, P("s2", "submit"), S("complete"))
+	reg, _ := tools.NewRegistry(tools.Submit{})
+	a, err := agent.New(agent.Config{Model: h.model, Tools: reg, Workspace: h.ws,
+		Sink: agent.SinkFunc(func(e agent.Event) {
+			if e.Type == agent.EventToolCall {
+				panic("sink down")
+			}
+		})})
+	require.NoError(t, err)
+	res, err := a.Run(context.Background(), "g", nil)
+	require.NoError(t, err)
+	assert.Equal(t, agent.Complete, res.Status)
+	require.Len(t, res.Problems, 1)
+	assert.Contains(t, res.Problems[0], "sink down")
+}

@@ -220,7 +220,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return Outcome{}, ErrInterrupted
 	}
 	out := Outcome{Result: res, Agent: file.Name, PolicyHash: hash}
-	out.Problems = events.Flush(fctx)
+	out.Problems = append(res.Problems, events.Flush(fctx)...)
 	if feed != nil {
 		feed.Flush(fctx)
 		out.Problems = append(out.Problems, feed.Errors()...)

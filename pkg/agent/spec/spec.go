@@ -71,11 +71,14 @@ type Budget struct {
 	MaxConsecutiveFailures int     `json:"max_consecutive_failures,omitempty" jsonschema:"minimum=1"`
 }
 
-// Compaction keeps long runs inside the model's context window.
+// Compaction keeps long runs inside the model's context window: at
+// trigger_ratio (0.7) of the window (known for common models, else
+// 128,000), iterations before the last keep_iterations (3) are summarised.
 type Compaction struct {
 	ContextWindowTokens int     `json:"context_window_tokens,omitempty" jsonschema:"minimum=1000"`
 	TriggerRatio        float64 `json:"trigger_ratio,omitempty" jsonschema:"exclusiveMinimum=0,maximum=1"`
 	KeepIterations      int     `json:"keep_iterations,omitempty" jsonschema:"minimum=1"`
+	Enabled             *bool   `json:"enabled,omitempty" jsonschema:"description=default true"`
 }
 
 // Audit names the policy the run is audited against while it runs.
@@ -426,6 +429,10 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 			MaxWall: time.Duration(f.Budget.MaxWallSeconds * float64(time.Second)), MaxConsecutiveFailures: f.Budget.MaxConsecutiveFailures}}
 	if lib != nil {
 		cfg.Skills = lib
+	}
+	if c := f.Compaction; c != nil {
+		cfg.Compaction = agent.Compaction{ContextWindowTokens: c.ContextWindowTokens, TriggerRatio: c.TriggerRatio,
+			KeepIterations: c.KeepIterations, Disabled: c.Enabled != nil && !*c.Enabled}
 	}
 	if f.MaxContractRetries != nil {
 		cfg.MaxContractRetries = *f.MaxContractRetries
