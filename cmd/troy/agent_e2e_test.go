@@ -192,3 +192,55 @@ func TestAgentCtrlCThenResume(t *testing.T) {
 	assert.Less(t, time.Since(start), 15*time.Second, "the 30 s sleep was killed")
 	assert.Contains(t, stdout.String(), "[cancelled]")
 }
+
+// troy agent run --nats-url queues the run for troy serve's agent-runner
+// and follows it over the bus; Ctrl-C cancels it there.
+func TestAgentRunOnAServer(t *testing.T) {
+	dir := t.TempDir()
+	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
+	serve.Dir = dir
+	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
+	out, err := serve.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() })
+	natsURL, _ := readServeBanner(t, out, true)
+
+	cfg := writeAgent(t, dir, "responses: ["+plan("s2", "submit")+", "+submitComplete+"]\n")
+	r := troy(t, dir, "agent", "run", cfg, "say done", "--nats-url", natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "[complete] done")
+	assert.Contains(t, r.stderr, "[1] plan: submit for step s2", "the console follows the events on the bus")
+	run := strings.TrimPrefix(strings.Fields(r.stdout[strings.Index(r.stdout, "run="):])[0], "run=")
+
+	r = troy(t, dir, "agent", "show", run, "--follow", "--nats-url", natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "## Outcome: complete")
+	r = troy(t, dir, "agent", "list", "--nats-url", natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, run)
+
+	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 2"}}]}]`+"\n")
+	cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "sleep", "--nats-url", natsURL)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "[1] call execute_code") {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			break
+		}
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, stdout.String())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, stdout.String(), "[cancelled] Run cancelled: interrupted (Ctrl-C)")
+}
