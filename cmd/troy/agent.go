@@ -120,7 +120,7 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 			}
 			// Build once here, so every config problem is a usage error
 			// before anything is queued.
-			probe, err := file.Build(spec.Deps{Workspace: ws})
+			probe, err := file.Build(spec.Deps{Workspace: ws, Lookup: lookup})
 			if err != nil {
 				return codeError{agentUsage, err}
 			}

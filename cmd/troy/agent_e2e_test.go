@@ -8,12 +8,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/llm/llmtest"
 )
 
 func repoRoot(t *testing.T) string {
@@ -243,4 +247,76 @@ func TestAgentRunOnAServer(t *testing.T) {
 	require.ErrorAs(t, err, &ee, stdout.String())
 	assert.Equal(t, 1, ee.ExitCode())
 	assert.Contains(t, stdout.String(), "[cancelled] Run cancelled: interrupted (Ctrl-C)")
+}
+
+// Two agent-runner processes share the queue; the one running a request is
+// killed (SIGKILL) in the middle of a model call, and the other goes on
+// with the same run and session once the request is redelivered.
+func TestAgentRunnerKilledMidRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a redelivery")
+	}
+	blocked := make(chan struct{})
+	var once sync.Once
+	responses := []llmtest.Response{
+		{Content: llmPlan("s1", "file_system")},
+		{}, // ACT of the first runner: it is killed while waiting
+		{Content: llmPlan("s1", "file_system")},
+		{ToolCalls: [][2]string{{"file_system", `{"operation":"write","path":"f.txt","content":"hi"}`}}},
+		{Content: `<evaluation>{"outcome": "success", "evidence": "Wrote 2 characters to f.txt", "completed_step_ids": ["s1"], "goal_status": "in_progress", "next_step": "answer"}</evaluation>`},
+		{Content: llmPlan("s2", "submit")},
+		{ToolCalls: [][2]string{{"submit", `{"answer":"wrote f.txt","status":"complete","confidence":1}`}}},
+	}
+	llm := llmtest.New(t, func(call int, _ llmtest.Request) llmtest.Response {
+		if call == 2 {
+			once.Do(func() { close(blocked) })
+			return llmtest.Response{Delay: time.Minute, Content: "too late"}
+		}
+		return responses[min(call, len(responses))-1]
+	})
+	srv := bustest.RunServer(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	require.NoError(t, os.MkdirAll(ws, 0o755))
+	cfg := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(`name: writer
+llm: {provider: openai, model: gpt-4o-mini, base_url: "`+llm.BaseURL()+`", api_key: test, max_retries: 0}
+tools: [file_system, submit]
+audit: {enabled: false}
+`), 0o644))
+	first, _ := serveTarget(t, dir, srv.URL, "agent-runner")
+
+	cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "write hi to f.txt", "--workspace", ws, "--nats-url", srv.URL)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	select {
+	case <-blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the first runner never reached ACT: %s", stderr.String())
+	}
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	serveTarget(t, dir, srv.URL, "agent-runner")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no result within 60s: %s", stderr.String())
+	}
+	assert.Contains(t, stdout.String(), "[complete] wrote f.txt")
+	assert.Contains(t, stdout.String(), "3 iteration(s)", "iteration 1 was cut short; the second runner ran 2 and 3")
+	assert.Contains(t, stderr.String(), "(resumed)")
+	b, err := os.ReadFile(filepath.Join(ws, "f.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "hi", string(b))
+}
+
+func llmPlan(step, tool string) string {
+	b, _ := json.Marshal(map[string]any{"goal_restatement": "write a file, then answer",
+		"steps":       []map[string]any{{"id": "s1", "description": "write"}, {"id": "s2", "description": "answer"}},
+		"next_action": map[string]any{"step_id": step, "tool": tool, "rationale": "because " + step, "success_criteria": "it is done"}})
+	return "<plan>" + string(b) + "</plan>"
 }

@@ -182,7 +182,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		sinks = append(sinks, feed)
 	}
 	sinks = append(sinks, extra)
-	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace})
+	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace, Lookup: r.Lookup})
 	if err != nil {
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}

@@ -118,23 +118,3 @@ func (s *Sessions) List(ctx context.Context) ([]Summary, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt.After(out[j].UpdatedAt) })
 	return out, nil
 }
-
-// ByRun finds the session a run belongs to.
-func (s *Sessions) ByRun(ctx context.Context, runID string) (*agent.State, error) {
-	list, err := s.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, sum := range list {
-		st, err := s.Load(ctx, sum.SessionID)
-		if err != nil {
-			continue
-		}
-		for _, r := range st.Runs {
-			if r == runID {
-				return st, nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("run %s: %w", runID, agent.ErrSessionNotFound)
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,7 +63,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, runID string, fn func(a
 	})
 }
 
-// Events reads every stored event of a run.
+// ReadEvents reads every stored event of a run.
 func ReadEvents(ctx context.Context, js jetstream.JetStream, runID string) ([]agent.Event, error) {
 	s, err := js.Stream(ctx, pipelines.StreamAgentEvents)
 	if err != nil {
@@ -79,15 +80,18 @@ func ReadEvents(ctx context.Context, js jetstream.JetStream, runID string) ([]ag
 	if total == 0 {
 		return nil, fmt.Errorf("run %s: no events stored (unknown run, or older than the stream keeps)", runID)
 	}
+	var mu sync.Mutex
 	var out []agent.Event
 	done := make(chan struct{})
 	stop, err := Follow(ctx, js, runID, func(ev agent.Event) bool {
+		mu.Lock()
+		defer mu.Unlock()
 		out = append(out, ev)
-		if uint64(len(out)) >= total {
+		if uint64(len(out)) == total {
 			close(done)
 			return false
 		}
-		return true
+		return uint64(len(out)) < total
 	})
 	if err != nil {
 		return nil, err
@@ -95,8 +99,12 @@ func ReadEvents(ctx context.Context, js jetstream.JetStream, runID string) ([]ag
 	defer stop()
 	select {
 	case <-done:
+		mu.Lock()
+		defer mu.Unlock()
 		return out, nil
 	case <-time.After(10 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
 		return nil, fmt.Errorf("run %s: read %d of %d events in 10s", runID, len(out), total)
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -368,6 +368,21 @@ type Deps struct {
 	Sink      agent.Sink
 	// Workspace overrides the config's (the --workspace flag).
 	Workspace string
+	// Lookup reads settings after the environment (a .env file).
+	Lookup func(string) (string, bool)
+}
+
+// setting is the environment's value of key, else lookup's.
+func setting(key string, lookup func(string) (string, bool)) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	if lookup != nil {
+		if v, ok := lookup(key); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Build assembles an agent.Config from the file.
@@ -379,6 +394,18 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 	pc := llm.ProviderConfig{Provider: f.LLM.Provider, Model: f.LLM.Model, BaseURL: f.LLM.BaseURL, APIKey: f.LLM.APIKey,
 		Script: f.LLM.Script, Pricing: d.Pricing,
 		Client: llm.Config{Timeout: time.Duration(f.LLM.TimeoutS * float64(time.Second)), MaxRetries: f.LLM.MaxRetries, Pricing: d.Pricing}}
+	if strings.EqualFold(pc.Provider, "openai") {
+		// The explainer's settings, when the config leaves them out.
+		if pc.APIKey == "" {
+			pc.APIKey = setting("OPENAI_API_KEY", d.Lookup)
+		}
+		if pc.BaseURL == "" {
+			pc.BaseURL = setting("OPENAI_BASE_URL", d.Lookup)
+		}
+		if pc.APIKey == "" && pc.BaseURL == "" {
+			return agent.Config{}, errors.New("llm: provider openai needs api_key (or OPENAI_API_KEY in the environment or .env), or base_url for a local server")
+		}
+	}
 	model, err := providers.Build(pc)
 	if err != nil {
 		return agent.Config{}, fmt.Errorf("llm: %w", err)

@@ -122,3 +122,15 @@ func TestPortableKeepsSecretsOut(t *testing.T) {
 	assert.Equal(t, []string{filepath.Join(dir, "sk")}, f.Skills.Dirs)
 	assert.Equal(t, "agent_safety", f.Audit.Policy)
 }
+
+func TestOpenAISettingsFromTheEnvironment(t *testing.T) {
+	p := write(t, "a.yaml", "name: x\nllm: {provider: openai, model: m}\n")
+	f, err := spec.Load(p, nil)
+	require.NoError(t, err)
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	_, err = f.Build(spec.Deps{Workspace: t.TempDir()})
+	assert.ErrorContains(t, err, "provider openai needs api_key (or OPENAI_API_KEY")
+	_, err = f.Build(spec.Deps{Workspace: t.TempDir(), Lookup: func(k string) (string, bool) { return "sk-dotenv", k == "OPENAI_API_KEY" }})
+	assert.NoError(t, err, "a key in .env is enough")
+}
