@@ -1,6 +1,7 @@
 package services_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -63,6 +64,7 @@ rules:
 llm: {provider: openai, model: gpt-4o-mini, base_url: "`+llmURL+`", api_key: "${TROY_TEST_LLM_KEY}", max_retries: 0, timeout_s: 30}
 tools: [file_system, submit]
 audit: {policy: policy.yaml}
+observability: {events_file: events.jsonl}
 `), 0o644))
 	_, err := spec.Load(cfgPath, nil)
 	require.NoError(t, err)
@@ -151,6 +153,9 @@ func TestAgentRunIsAuditedWhileItRuns(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, agent.EventRunStart, evs[0].Type)
 	assert.Equal(t, agent.EventRunEnd, evs[len(evs)-1].Type)
+	lines, err := os.ReadFile(filepath.Join(filepath.Dir(ws), "events.jsonl"))
+	require.NoError(t, err)
+	assert.Equal(t, len(evs), bytes.Count(lines, []byte("\n")), "the events file has every event the bus has")
 }
 
 // Two runners share the queue; the one running a request is stopped in the

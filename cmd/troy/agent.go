@@ -61,6 +61,7 @@ type agentFlags struct {
 	outDir    string
 	modes     string
 	wait      time.Duration
+	quiet     bool // observability.console: false
 }
 
 func (f *agentFlags) register(cmd *cobra.Command, withGoal bool) {
@@ -128,6 +129,7 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 				return codeError{agentUsage, err}
 			}
 			req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: goal, Config: portable, Workspace: ws}
+			f.quiet = file.Observability.Console != nil && !*file.Observability.Console
 			return runAgent(cmd, g, f, req, probe.Workspace)
 		},
 	}
@@ -212,6 +214,9 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 	}()
 	stderr := cmd.ErrOrStderr()
 	con := &console{w: stderr}
+	if f.quiet {
+		con.w = io.Discard
+	}
 	ctl := &agent.Control{}
 	cancelRun := func(reason string) {
 		if remote {

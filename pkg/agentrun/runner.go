@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/eventsink"
 	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -181,6 +183,21 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 			Continuing: continuing, Hold: interrupted}
 		sinks = append(sinks, feed)
 	}
+	external, err := openSinks(file.Observability)
+	if err != nil {
+		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	closed := false
+	defer func() { // on the paths that end before the run does
+		if !closed {
+			for _, s := range external {
+				s.Close(context.Background())
+			}
+		}
+	}()
+	for _, s := range external {
+		sinks = append(sinks, s)
+	}
 	sinks = append(sinks, extra)
 	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace, Lookup: r.Lookup})
 	if err != nil {
@@ -206,6 +223,11 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
+	var sinkProblems []string
+	for _, s := range external {
+		sinkProblems = append(sinkProblems, s.Close(fctx)...)
+	}
+	closed = true
 	if interrupted() {
 		if st, err := r.Sessions.Load(fctx, req.SessionID); err == nil {
 			st.Status = agent.Running
@@ -220,7 +242,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return Outcome{}, ErrInterrupted
 	}
 	out := Outcome{Result: res, Agent: file.Name, PolicyHash: hash}
-	out.Problems = append(res.Problems, events.Flush(fctx)...)
+	out.Problems = append(append(res.Problems, events.Flush(fctx)...), sinkProblems...)
 	if feed != nil {
 		feed.Flush(fctx)
 		out.Problems = append(out.Problems, feed.Errors()...)
@@ -305,4 +327,29 @@ func (r *Runner) auditPolicy(ctx context.Context, ref string) (string, error) {
 		return "", err
 	}
 	return r.Policies.Put(ctx, p)
+}
+
+// openSinks opens the config's events file and endpoints.
+func openSinks(o spec.Observability) ([]eventsink.Sink, error) {
+	var out []eventsink.Sink
+	if o.EventsFile != "" {
+		j, err := eventsink.OpenJSONL(o.EventsFile, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	for _, s := range o.Sinks {
+		h := http.Header{}
+		for k, v := range s.Headers {
+			h.Set(k, v)
+		}
+		switch s.Type {
+		case "otlp":
+			out = append(out, eventsink.OTLP(s.URL, h, s.EventTypes))
+		default:
+			out = append(out, eventsink.HTTP(s.URL, h, s.EventTypes))
+		}
+	}
+	return out, nil
 }

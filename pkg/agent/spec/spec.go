@@ -91,6 +91,15 @@ type Audit struct {
 type Observability struct {
 	EventsFile string `json:"events_file,omitempty" jsonschema:"description=append every event as a JSON line to this file"`
 	Console    *bool  `json:"console,omitempty" jsonschema:"description=print one line per event on stderr (default true)"`
+	Sinks      []Sink `json:"sinks,omitempty"`
+}
+
+// Sink sends events to an endpoint as they happen.
+type Sink struct {
+	Type       string            `json:"type" jsonschema:"enum=http,enum=otlp,description=http: one JSON event per POST to url; otlp: OpenTelemetry logs to url/v1/logs"`
+	URL        string            `json:"url" jsonschema:"minLength=1,pattern=^https?://"`
+	EventTypes []string          `json:"event_types,omitempty" jsonschema:"description=only these event types (default all)"`
+	Headers    map[string]string `json:"headers,omitempty" jsonschema:"description=e.g. Authorization: Bearer ${TOKEN}"`
 }
 
 // Error lists every problem of a config file.
@@ -103,8 +112,26 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("invalid agent config %s:\n  - %s", e.Source, strings.Join(e.Problems, "\n  - "))
 }
 
-// ToolNames are the built-in tools, in the order they are listed.
-var ToolNames = []string{"analyze_data", "execute_code", "file_system", "load_skill", "scratchpad", "submit"}
+// builtins are the tools a config can name; adding one is its type and a
+// line here.
+var builtins = map[string]func() tools.Tool{
+	"analyze_data": func() tools.Tool { return datatool.AnalyzeData{} },
+	"execute_code": func() tools.Tool { return tools.ExecuteCode{} },
+	"file_system":  func() tools.Tool { return tools.FileSystem{} },
+	"load_skill":   func() tools.Tool { return tools.LoadSkill{} },
+	"scratchpad":   func() tools.Tool { return tools.Scratchpad{} },
+	"submit":       func() tools.Tool { return tools.Submit{} },
+}
+
+// ToolNames are the built-in tools, sorted.
+var ToolNames = func() []string {
+	var out []string
+	for n := range builtins {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}()
 
 // Schema is the published JSON Schema of File.
 func Schema() *jsonschema.Schema {
@@ -431,7 +458,7 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 	}
 	var ts []tools.Tool
 	for _, n := range names {
-		ts = append(ts, builtin(n))
+		ts = append(ts, builtins[n]())
 	}
 	reg, err := tools.NewRegistry(ts...)
 	if err != nil {
@@ -478,23 +505,6 @@ func without(list []string, s string) []string {
 		}
 	}
 	return out
-}
-
-// builtin makes a built-in tool; adding one is a type and a line here.
-func builtin(name string) tools.Tool {
-	switch name {
-	case "analyze_data":
-		return datatool.AnalyzeData{}
-	case "execute_code":
-		return tools.ExecuteCode{}
-	case "file_system":
-		return tools.FileSystem{}
-	case "load_skill":
-		return tools.LoadSkill{}
-	case "scratchpad":
-		return tools.Scratchpad{}
-	}
-	return tools.Submit{}
 }
 
 // Portable is the config as a run request carries it: relative paths made
