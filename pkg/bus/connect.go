@@ -71,7 +71,9 @@ func Options(cfg ClientConfig) []nats.Option {
 
 // JetStream returns the JetStream API of a connection.
 func JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
-	js, err := jetstream.New(nc)
+	// An async publish whose ack never comes (a lost reply during a
+	// reconnect) fails after this instead of leaving its waiter blocked.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,6 +24,9 @@ import (
 // Limits of analyze_data.
 const (
 	MaxDataRows      = 50
+	MaxDataColumns   = 50
+	MaxCellChars     = 200
+	MaxDataContent   = 64 << 10
 	MaxDataFileBytes = 256 << 20
 	dataMemoryLimit  = "512MB"
 )
@@ -84,14 +88,16 @@ func (AnalyzeData) Run(ctx context.Context, env *tools.Env, raw json.RawMessage)
 		return tools.Output{}, tools.Errorf(tools.InvalidInput, "`group_by` and `agg` are required for aggregate.").
 			Fix(`For example group_by: "region", agg: {"revenue": "sum"}.`)
 	}
-	file, e := dataFile(env, a.Path)
+	reader, e := readerFor(a.Path, "")
 	if e != nil {
 		return tools.Output{}, e
 	}
-	reader, e := readerFor(file)
+	f, byFD, e := dataFile(env, a.Path)
 	if e != nil {
 		return tools.Output{}, e
 	}
+	defer f.Close()
+	reader, _ = readerFor(a.Path, byFD)
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
 		return tools.Output{}, tools.Errorf(tools.DependencyMissing, "DuckDB could not start: %v", err)
@@ -148,43 +154,37 @@ func (AnalyzeData) Run(ctx context.Context, env *tools.Env, raw json.RawMessage)
 	return tools.Output{}, tools.Errorf(tools.InvalidInput, "Unknown operation %q.", a.Operation)
 }
 
-// dataFile confines the path to the workspace, following links only as far
-// as they stay inside it.
-func dataFile(env *tools.Env, raw string) (string, *tools.Error) {
+// dataFile opens the model's file inside the workspace (no link out, no
+// special or hard-linked file) and names it for DuckDB by its descriptor:
+// DuckDB then reads exactly the file that was checked, never a glob of the
+// name nor a file swapped in after the check.
+func dataFile(env *tools.Env, raw string) (*os.File, string, *tools.Error) {
 	p, e := tools.Confine(raw)
 	if e != nil {
-		return "", e
+		return nil, "", e
 	}
 	if env.Root == nil {
-		return "", tools.Errorf(tools.Internal, "analyze_data: the run has no workspace")
+		return nil, "", tools.Errorf(tools.Internal, "analyze_data: the run has no workspace")
 	}
-	fi, err := env.Root.Stat(p) // refuses links that lead out
-	if err != nil {
-		return "", tools.PathError(err, raw)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", tools.Errorf(tools.InvalidInput, "%s is not a regular file.", raw)
+	f, fi, e := tools.OpenRegular(env.Root, p, raw)
+	if e != nil {
+		return nil, "", e
 	}
 	if fi.Size() > MaxDataFileBytes {
-		return "", tools.Errorf(tools.ResourceLimit, "%s is %d bytes; analyze_data reads at most %d.", raw, fi.Size(), MaxDataFileBytes)
+		f.Close()
+		return nil, "", tools.Errorf(tools.ResourceLimit, "%s is %d bytes; analyze_data reads at most %d.", raw, fi.Size(), MaxDataFileBytes)
 	}
-	ws, err := filepath.EvalSymlinks(env.Root.Name())
-	if err != nil {
-		return "", tools.Errorf(tools.Internal, "workspace: %v", err)
+	byFD := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	if _, err := os.Stat(byFD); err != nil {
+		f.Close()
+		return nil, "", tools.Errorf(tools.DependencyMissing, "analyze_data needs /proc (Linux) to hand the file to DuckDB: %v", err)
 	}
-	real, err := filepath.EvalSymlinks(filepath.Join(ws, filepath.FromSlash(p)))
-	if err != nil {
-		return "", tools.PathError(err, raw)
-	}
-	if rel, err := filepath.Rel(ws, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", tools.Errorf(tools.UnsafeOperation, "Path escapes the workspace sandbox: %s", raw)
-	}
-	return real, nil
+	return f, byFD, nil
 }
 
-func readerFor(file string) (string, *tools.Error) {
+func readerFor(name, file string) (string, *tools.Error) {
 	lit := "'" + strings.ReplaceAll(file, "'", "''") + "'"
-	switch ext := strings.ToLower(filepath.Ext(file)); ext {
+	switch ext := strings.ToLower(filepath.Ext(name)); ext {
 	case ".csv":
 		return "read_csv(" + lit + ", auto_detect = true)", nil
 	case ".tsv":
@@ -361,13 +361,15 @@ func (d *dataset) query(ctx context.Context, expr string) (tools.Output, *tools.
 		return tools.Output{}, tools.Errorf(tools.InvalidInput, "query takes one read-only statement (SELECT, WITH, FROM, SUMMARIZE or DESCRIBE).").
 			Fix("Send a single SELECT over the table `data`, without `;`.")
 	}
-	return d.table(ctx, q, "SELECT count(*) FROM ("+q+")")
+	return d.table(ctx, q, "SELECT count(*) FROM (\n"+q+"\n)")
 }
 
 // table renders at most MaxDataRows rows of q; count, when given, says how
 // many there were in all.
 func (d *dataset) table(ctx context.Context, q, count string) (tools.Output, *tools.Error) {
-	rows, err := d.conn.QueryContext(ctx, fmt.Sprintf("SELECT * FROM (%s) LIMIT %d", q, MaxDataRows+1))
+	// The query on lines of its own: a -- comment in it cannot reach the
+	// closing parenthesis and the limit.
+	rows, err := d.conn.QueryContext(ctx, fmt.Sprintf("SELECT * FROM (\n%s\n) LIMIT %d", q, MaxDataRows+1))
 	if err != nil {
 		if ctx.Err() != nil {
 			return tools.Output{}, tools.Errorf(tools.Timeout, "The query was stopped: %v", ctx.Err())
@@ -376,8 +378,14 @@ func (d *dataset) table(ctx context.Context, q, count string) (tools.Output, *to
 	}
 	defer rows.Close()
 	cols, _ := rows.Columns()
+	out := tools.Output{Data: map[string]any{"columns": cols}}
+	shownCols := cols
+	if len(cols) > MaxDataColumns {
+		shownCols, out.Truncated = cols[:MaxDataColumns], true
+	}
 	var lines [][]string
-	for rows.Next() {
+	for len(lines) <= MaxDataRows && rows.Next() { // never more rows than shown, whatever the SQL
+
 		vals := make([]any, len(cols))
 		ptrs := make([]any, len(cols))
 		for i := range vals {
@@ -386,23 +394,29 @@ func (d *dataset) table(ctx context.Context, q, count string) (tools.Output, *to
 		if err := rows.Scan(ptrs...); err != nil {
 			return tools.Output{}, tools.Errorf(tools.ExecutionFailed, "%s", cleanDuck(err))
 		}
-		line := make([]string, len(cols))
-		for i, v := range vals {
-			line[i] = cell(v)
+		line := make([]string, len(shownCols))
+		for i := range shownCols {
+			line[i] = cell(vals[i])
 		}
 		lines = append(lines, line)
 	}
 	if err := rows.Err(); err != nil {
 		return tools.Output{}, tools.Errorf(tools.InvalidInput, "The query failed: %s", cleanDuck(err))
 	}
-	out := tools.Output{Data: map[string]any{"columns": cols}}
 	shown := len(lines)
 	if shown > MaxDataRows {
 		lines, shown, out.Truncated = lines[:MaxDataRows], MaxDataRows, true
 	}
 	var b strings.Builder
-	b.WriteString(strings.Join(cols, " | "))
+	b.WriteString(strings.Join(shownCols, " | "))
+	if len(shownCols) < len(cols) {
+		fmt.Fprintf(&b, " | … (%d more columns)", len(cols)-len(shownCols))
+	}
 	for _, l := range lines {
+		if b.Len() > MaxDataContent {
+			out.Truncated = true
+			break
+		}
 		b.WriteString("\n" + strings.Join(l, " | "))
 	}
 	total := int64(shown)
@@ -429,12 +443,19 @@ func cell(v any) string {
 	case float32:
 		return fmt.Sprintf("%.7g", x)
 	case []byte:
-		return string(x)
+		return clipCell(fmt.Sprintf("%q", x))
 	}
-	s := fmt.Sprint(v)
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 200 {
-		s = s[:200] + "…"
+	return clipCell(strings.ReplaceAll(fmt.Sprint(v), "\n", " "))
+}
+
+// clipCell bounds one value (at a character boundary).
+func clipCell(s string) string {
+	if len(s) <= MaxCellChars {
+		return s
 	}
-	return s
+	cut := MaxCellChars
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -122,3 +122,38 @@ func TestAnalyzeDataRefuses(t *testing.T) {
 	}
 	assert.NoFileExists(t, filepath.Join(dir, "out.csv"))
 }
+
+// Output stays bounded whatever the SQL: a comment cannot cut the limit
+// off, blobs and wide rows are clipped, and a file is read by descriptor
+// (a glob in its name reads nothing else).
+func TestAnalyzeDataStaysBounded(t *testing.T) {
+	r, env, dir := dataEnv(t)
+	res := call(t, r, env, "analyze_data", map[string]any{"operation": "query", "path": "sales.csv",
+		"expression": "SELECT 1) t, (SELECT * FROM range(20000000)) u --"})
+	if res.OK {
+		assert.LessOrEqual(t, strings.Count(res.Content, "\n"), MaxDataRows+3)
+	}
+	res = call(t, r, env, "analyze_data", map[string]any{"operation": "query", "path": "sales.csv",
+		"expression": "SELECT repeat('x', 4000000)::BLOB AS b FROM range(60)"})
+	require.True(t, res.OK, res.ModelText())
+	assert.Less(t, len(res.Content), MaxDataContent+MaxCellChars*2)
+	assert.True(t, res.Truncated)
+	res = call(t, r, env, "analyze_data", map[string]any{"operation": "query", "path": "sales.csv",
+		"expression": "SELECT * FROM (SELECT range AS v FROM range(100)) PIVOT (sum(v) FOR v IN (SELECT range FROM range(100)))"})
+	if res.OK {
+		assert.Contains(t, res.Content, "more columns")
+	}
+
+	outside := filepath.Join(t.TempDir(), "secret.csv")
+	require.NoError(t, os.WriteFile(outside, []byte("k\nTOPSECRET\n"), 0o600))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "*"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "*", "a.csv"), []byte("k\ninside\n"), 0o644))
+	require.NoError(t, os.Symlink(filepath.Dir(outside), filepath.Join(dir, "out")))
+	res = call(t, r, env, "analyze_data", map[string]any{"operation": "head", "path": "*/secret.csv"})
+	require.False(t, res.OK)
+	assert.NotContains(t, res.ModelText(), "TOPSECRET")
+	require.NoError(t, os.Link(filepath.Join(dir, "sales.csv"), filepath.Join(dir, "hard.csv")))
+	res = call(t, r, env, "analyze_data", map[string]any{"operation": "head", "path": "hard.csv"})
+	require.False(t, res.OK)
+	assert.Contains(t, res.Err.Message, "hard links")
+}

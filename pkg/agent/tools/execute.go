@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -105,15 +106,47 @@ func (t ExecuteCode) Run(ctx context.Context, env *Env, raw json.RawMessage) (Ou
 		Data: map[string]any{"exit_code": 0}}, nil
 }
 
-// Subprocess runs code as a child process in its own process group, with
-// rlimits (CPU 30 s, address space 1 GiB, 256 files, 50 MB file size) set
-// by the shell that execs the interpreter, and the environment stripped to
-// EnvAllowlist. The whole group is killed when ctx ends. It is not a jail:
-// the program runs as troy's user and can reach the network.
+// Subprocess runs code as a child process in its own process group and,
+// where the kernel allows it, its own user and PID namespaces: the program
+// is PID 1 of its namespace, so when it ends or is killed every process it
+// started ends too, including ones that left its group with setsid. Limits
+// (CPU 30 s, address space 1 GiB, 256 files, 50 MB file size) are set by
+// the shell that execs the interpreter, and the environment is stripped to
+// EnvAllowlist. troy marks itself not dumpable, so a program running as
+// troy's (non-root) user cannot read troy's environment through /proc.
+// It is not a jail: the program can read what troy's user can, and reach
+// the network.
 type Subprocess struct{}
 
-// rlimitShell sets limits, then replaces itself with the interpreter.
-const rlimitShell = `ulimit -t 30 -v 1048576 -n 256 -f 102400 2>/dev/null; exec "$@"`
+var (
+	hardenOnce sync.Once
+	// namespaces is cleared when the kernel refuses them; the process group
+	// is then the only boundary.
+	namespaces atomic.Bool
+)
+
+func harden() {
+	hardenOnce.Do(func() {
+		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+		namespaces.Store(true)
+	})
+}
+
+func sysProcAttr(isolated bool) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true}
+	if isolated {
+		uid, gid := os.Getuid(), os.Getgid()
+		a.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+	}
+	return a
+}
+
+// rlimitShell sets the limits one at a time (POSIX sh's ulimit takes one
+// option per call), then replaces itself with the interpreter. A limit the
+// system refuses is skipped: best effort, as the doc says.
+const rlimitShell = `ulimit -t 30 2>/dev/null; ulimit -v 1048576 2>/dev/null; ulimit -n 256 2>/dev/null; ulimit -f 102400 2>/dev/null; exec "$@"`
 
 // Exec implements Backend.
 func (Subprocess) Exec(ctx context.Context, language, code, workspace string) (string, bool, int, error) {
@@ -134,18 +167,30 @@ func (Subprocess) Exec(ctx context.Context, language, code, workspace string) (s
 	default:
 		return "", false, -1, fmt.Errorf("unsupported language %q", language)
 	}
-	cmd := exec.Command("/bin/sh", append([]string{"-c", rlimitShell, "troy-exec"}, argv...)...)
-	cmd.Dir = workspace
-	cmd.Env = allowedEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	harden()
 	buf := &clipBuffer{max: MaxCodeOutput}
-	cmd.Stdout, cmd.Stderr = buf, buf
-	if err := cmd.Start(); err != nil {
+	start := func(isolated bool) (*exec.Cmd, error) {
+		cmd := exec.Command("/bin/sh", append([]string{"-c", rlimitShell, "troy-exec"}, argv...)...)
+		cmd.Dir = workspace
+		cmd.Env = allowedEnv()
+		cmd.SysProcAttr = sysProcAttr(isolated)
+		cmd.Stdout, cmd.Stderr = buf, buf
+		// Once the program exits, its output is read for at most this
+		// long: a background child still holding the pipe does not hold
+		// the call.
+		cmd.WaitDelay = 200 * time.Millisecond
+		return cmd, cmd.Start()
+	}
+	cmd, err := start(namespaces.Load())
+	if err != nil && namespaces.Load() && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EACCES)) {
+		namespaces.Store(false) // no user namespaces here: the process group alone
+		cmd, err = start(false)
+	}
+	if err != nil {
 		return "", false, -1, err
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	var err error
 	select {
 	case err = <-waited:
 	case <-ctx.Done():
@@ -153,12 +198,16 @@ func (Subprocess) Exec(ctx context.Context, language, code, workspace string) (s
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		err = <-waited
 	}
-	// Grandchildren that outlived a clean exit go too.
+	// Children left behind by a program that exited go too (all but one
+	// that left the group with setsid: this backend is not a jail).
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	out, trunc := buf.String()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return out, trunc, ee.ExitCode(), nil
+	}
+	if errors.Is(err, exec.ErrWaitDelay) { // exited; a child kept the pipe
+		return out, trunc, cmd.ProcessState.ExitCode(), nil
 	}
 	return out, trunc, 0, err
 }

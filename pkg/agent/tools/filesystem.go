@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -79,7 +80,7 @@ func (FileSystem) Run(ctx context.Context, env *Env, raw json.RawMessage) (Outpu
 		if a.Pattern == "" {
 			return Output{}, Errorf(InvalidInput, "`pattern` is required for glob.").Fix("Add a pattern such as `*.csv`.")
 		}
-		return fsGlob(root, p, a.Pattern)
+		return fsGlob(ctx, root, p, a.Pattern)
 	case "delete":
 		return fsDelete(root, p, a.Path, a.Recursive)
 	case "mkdir":
@@ -150,22 +151,48 @@ func stripRoot(err error) string {
 	return err.Error()
 }
 
-func fsRead(root *os.Root, p, raw string) (Output, *Error) {
-	f, err := root.Open(p)
+// OpenRegular opens a regular file of the workspace for reading. It never
+// blocks on a FIFO or device (opened non-blocking, then refused), and
+// refuses a file with more than one hard link: a link made inside the
+// workspace to a file outside it looks like any other file.
+func OpenRegular(root *os.Root, p, raw string) (*os.File, os.FileInfo, *Error) {
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return Output{}, fsError(err, raw)
+		return nil, nil, fsError(err, raw)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return Output{}, fsError(err, raw)
+		f.Close()
+		return nil, nil, fsError(err, raw)
 	}
-	if fi.IsDir() {
-		return Output{}, Errorf(InvalidInput, "%s is a directory.", raw).Fix("Use `list` for directories.")
+	if e := regular(fi, raw); e != nil {
+		f.Close()
+		return nil, nil, e
 	}
-	if !fi.Mode().IsRegular() {
-		return Output{}, Errorf(UnsafeOperation, "%s is not a regular file.", raw)
+	return f, fi, nil
+}
+
+// regular refuses directories, special files and hard-linked files.
+func regular(fi os.FileInfo, raw string) *Error {
+	switch {
+	case fi.IsDir():
+		return Errorf(InvalidInput, "%s is a directory.", raw).Fix("Use `list` for directories.")
+	case !fi.Mode().IsRegular():
+		return Errorf(UnsafeOperation, "%s is not a regular file.", raw)
 	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		return Errorf(UnsafeOperation, "%s has %d hard links: troy cannot tell whether it lies outside the workspace.", raw, st.Nlink).
+			Fix("Copy the file instead of linking it.")
+	}
+	return nil
+}
+
+func fsRead(root *os.Root, p, raw string) (Output, *Error) {
+	f, fi, e := OpenRegular(root, p, raw)
+	if e != nil {
+		return Output{}, e
+	}
+	defer f.Close()
 	buf, err := io.ReadAll(io.LimitReader(f, MaxReadBytes+1))
 	if err != nil {
 		return Output{}, fsError(err, raw)
@@ -179,14 +206,26 @@ func fsRead(root *os.Root, p, raw string) (Output, *Error) {
 }
 
 func fsWrite(root *os.Root, p, raw, content string, appendTo bool) (Output, *Error) {
+	if fi, err := root.Lstat(p); err == nil {
+		if e := regular(fi, raw); e != nil && fi.Mode()&os.ModeSymlink == 0 {
+			return Output{}, e
+		}
+		if fi.Mode()&os.ModeSymlink != 0 { // the target must be a plain file inside
+			if tfi, err := root.Stat(p); err == nil {
+				if e := regular(tfi, raw); e != nil {
+					return Output{}, e
+				}
+			}
+		}
+	}
 	if dir := path.Dir(p); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return Output{}, fsError(err, raw)
 		}
 	}
-	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | syscall.O_NONBLOCK
 	if appendTo {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND | syscall.O_NONBLOCK
 	}
 	f, err := root.OpenFile(p, flags, 0o644)
 	if err != nil {
@@ -234,16 +273,27 @@ func fsList(root *os.Root, p, raw string) (Output, *Error) {
 	return listing(names, "(empty)"), nil
 }
 
-func fsGlob(root *os.Root, p, pattern string) (Output, *Error) {
+func fsGlob(ctx context.Context, root *os.Root, p, pattern string) (Output, *Error) {
 	if _, e := Confine(pattern); e != nil {
 		return Output{}, e
 	}
 	full := path.Join(p, pattern)
 	var names []string
-	if strings.Contains(pattern, "**") { // ** matches any depth: walk and match the file name
-		base := path.Base(strings.ReplaceAll(pattern, "**", "*"))
-		err := fs.WalkDir(root.FS(), p, func(q string, d fs.DirEntry, err error) error {
-			if err != nil || q == p {
+	if i := strings.Index(pattern, "**"); i >= 0 {
+		// ** matches any depth below the folder written before it: walk
+		// that folder and match the file name against the rest.
+		dir, prefix := path.Split(pattern[:i])
+		rest := pattern[i+2:]
+		if j := strings.LastIndex(rest, "/"); j >= 0 {
+			rest = rest[j+1:]
+		}
+		base := prefix + "*" + rest
+		top := path.Join(p, dir)
+		err := fs.WalkDir(root.FS(), top, func(q string, d fs.DirEntry, err error) error {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil || q == top {
 				return nil
 			}
 			if ok, _ := path.Match(base, d.Name()); ok {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,4 +239,66 @@ func TestExecuteCodeTimeoutKillsTheGroup(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 	time.Sleep(1500 * time.Millisecond) // past when the grandchild would have written
 	assert.NoFileExists(t, filepath.Join(dir, "late.txt"))
+}
+
+// The rlimits apply (one ulimit per limit: POSIX sh takes one at a time),
+// and a background child that keeps the output pipe does not hold the call.
+func TestExecuteCodeLimitsAndBackgroundChildren(t *testing.T) {
+	r := registry(t)
+	env, _ := newEnv(t)
+	res := call(t, r, env, "execute_code", map[string]any{"language": "bash", "code": "ulimit -n; ulimit -t; ulimit -v"})
+	require.True(t, res.OK, res.ModelText())
+	assert.Equal(t, "[exit code 0]\n256\n30\n1048576\n", res.Content)
+
+	start := time.Now()
+	res = call(t, r, env, "execute_code", map[string]any{"language": "bash", "timeout_s": 5, "code": "echo hi; sleep 30 &"})
+	require.True(t, res.OK, res.ModelText())
+	assert.Equal(t, "[exit code 0]\nhi\n", res.Content)
+	assert.Less(t, time.Since(start), 3*time.Second)
+}
+
+func TestFileSystemSpecialFiles(t *testing.T) {
+	r := registry(t)
+	env, dir := newEnv(t)
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "ff"), 0o644))
+	start := time.Now()
+	res := call(t, r, env, "file_system", map[string]any{"operation": "read", "path": "ff"})
+	require.False(t, res.OK)
+	assert.Equal(t, UnsafeOperation, res.Err.Code)
+	res = call(t, r, env, "file_system", map[string]any{"operation": "write", "path": "ff", "content": "x"})
+	require.False(t, res.OK)
+	assert.Less(t, time.Since(start), 2*time.Second, "a FIFO never blocks the call")
+
+	outside := filepath.Join(t.TempDir(), "o.txt")
+	require.NoError(t, os.WriteFile(outside, []byte("SECRET"), 0o600))
+	require.NoError(t, os.Link(outside, filepath.Join(dir, "hl.txt")))
+	for _, op := range []map[string]any{{"operation": "read", "path": "hl.txt"}, {"operation": "write", "path": "hl.txt", "content": "x"}} {
+		res = call(t, r, env, "file_system", op)
+		require.False(t, res.OK)
+		assert.Contains(t, res.Err.Message, "hard links")
+	}
+	b, _ := os.ReadFile(outside)
+	assert.Equal(t, "SECRET", string(b))
+
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub", "deep"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "top.csv"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "deep", "x.csv"), nil, 0o644))
+	res = call(t, r, env, "file_system", map[string]any{"operation": "glob", "path": ".", "pattern": "sub/**.csv"})
+	assert.Equal(t, "sub/deep/x.csv", res.Content, "** searches below the folder written before it")
+}
+
+// A program that leaves its process group with setsid still ends with the
+// call: it is in the program's PID namespace.
+func TestExecuteCodeKillsSetsidEscapes(t *testing.T) {
+	r := registry(t)
+	env, dir := newEnv(t)
+	res := call(t, r, env, "execute_code", map[string]any{"language": "bash", "timeout_s": 5,
+		"code": "setsid bash -c 'sleep 1.5; echo escaped > escaped.txt' </dev/null >/dev/null 2>&1 & echo started"})
+	require.True(t, res.OK, res.ModelText())
+	time.Sleep(2500 * time.Millisecond)
+	if namespaces.Load() {
+		assert.NoFileExists(t, filepath.Join(dir, "escaped.txt"), "the setsid child died with the program")
+	} else {
+		t.Log("user namespaces are not available here: only the process group is killed")
+	}
 }
