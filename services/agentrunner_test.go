@@ -77,7 +77,9 @@ observability: {events_file: events.jsonl}
 
 func runnerService(t *testing.T, deps bus.Deps, nc *nats.Conn) *agentrunner.Service {
 	t.Helper()
-	s, err := agentrunner.New(context.Background(), deps, nc, agentrunner.DefaultConfig())
+	cfg := agentrunner.DefaultConfig()
+	cfg.Env = spec.Only([]string{"TROY_TEST_LLM_KEY"}, spec.EnvThen(nil)) // what its operator lets configs read
+	s, err := agentrunner.New(context.Background(), deps, nc, cfg)
 	require.NoError(t, err)
 	return s
 }

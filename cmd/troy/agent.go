@@ -121,7 +121,7 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 			}
 			// Build once here, so every config problem is a usage error
 			// before anything is queued.
-			probe, err := file.Build(spec.Deps{Workspace: ws, Lookup: lookup})
+			probe, err := file.Build(spec.Deps{Workspace: ws, Settings: spec.EnvThen(lookup)})
 			if err != nil {
 				return codeError{agentUsage, err}
 			}
@@ -266,7 +266,9 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		if rerr != nil {
 			return codeError{agentNotDone, rerr}
 		}
-		runner.Lookup = dotEnvLookup()
+		// Your own run: every ${VAR} of your environment and .env.
+		runner.Env = spec.EnvThen(dotEnvLookup())
+		runner.Settings = runner.Env
 		out, err = runner.Execute(base, req, ctl, con)
 	}
 	if err != nil {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"os"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/agentrunner"
@@ -136,7 +138,9 @@ var components = []component{
 			c.Workers = b.cfg.workers
 		}
 		c.Partitions = bus.StreamPartitions(b.deps.Topology)
-		c.Lookup = dotEnvLookup()
+		settings := spec.EnvThen(dotEnvLookup())
+		c.Env = spec.Only(strings.Split(os.Getenv("TROY_AGENT_ENV"), ","), settings)
+		c.Settings = settings
 		return runOf(agentrunner.New(ctx, b.deps, b.st.nc, c))
 	}},
 	{"splunk", kindForwarder, "findings to a Splunk HTTP Event Collector", func(ctx context.Context, b *builder) (runFunc, error) {

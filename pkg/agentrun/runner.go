@@ -94,8 +94,12 @@ type Runner struct {
 	Providers  *llm.Providers
 	Pricing    *llm.Pricing
 	Log        zerolog.Logger
-	// Lookup resolves ${VAR} in configs after the environment (a .env).
-	Lookup func(string) (string, bool)
+	// Env resolves ${VAR} in configs (nil: none is resolved). A runner that
+	// takes requests from others gives only what its operator listed.
+	Env spec.Resolver
+	// Settings gives OPENAI_API_KEY and OPENAI_BASE_URL to configs that
+	// leave them out (nil: the environment).
+	Settings spec.Resolver
 }
 
 // ErrInterrupted is returned when the runner itself was stopped (shutdown)
@@ -151,7 +155,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	default:
 		return Outcome{}, fmt.Errorf("loading session %s: %w", req.SessionID, err)
 	}
-	file, err := spec.Parse(req.Config, "in the run request", r.Lookup)
+	file, err := spec.ParseWith(req.Config, "in the run request", r.Env)
 	if err != nil {
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
@@ -199,7 +203,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		sinks = append(sinks, s)
 	}
 	sinks = append(sinks, extra)
-	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace, Lookup: r.Lookup})
+	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace, Settings: r.Settings})
 	if err != nil {
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}

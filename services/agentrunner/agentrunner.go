@@ -17,6 +17,7 @@ import (
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/bus"
 )
@@ -39,8 +40,13 @@ type Config struct {
 	MaxRun time.Duration
 	// Partitions of the streamed-trace subjects (the topology's).
 	Partitions int
-	// Lookup resolves ${VAR} in run configs after the environment.
-	Lookup func(string) (string, bool)
+	// Env resolves ${VAR} in queued configs: only the variables the
+	// operator listed (TROY_AGENT_ENV), since anyone who can queue a run
+	// chooses where its config sends them.
+	Env spec.Resolver
+	// Settings gives OPENAI_API_KEY / OPENAI_BASE_URL to configs that
+	// leave them out (the key only to that base URL).
+	Settings spec.Resolver
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -74,7 +80,7 @@ func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Servic
 	if err != nil {
 		return nil, err
 	}
-	r.Lookup = cfg.Lookup
+	r.Env, r.Settings = cfg.Env, cfg.Settings
 	return &Service{deps: deps, cfg: cfg, runner: r, nc: nc}, nil
 }
 

@@ -195,9 +195,48 @@ func Load(path string, lookup func(string) (string, bool)) (*File, error) {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// Parse checks a config document.
+// Resolver gives the value of a ${VAR} reference or a setting.
+type Resolver func(name string) (string, bool)
+
+// EnvThen resolves from the environment (set and not empty), then lookup
+// (a .env file).
+func EnvThen(lookup func(string) (string, bool)) Resolver {
+	return func(name string) (string, bool) {
+		if v, ok := os.LookupEnv(name); ok && v != "" {
+			return v, true
+		}
+		if lookup != nil {
+			return lookup(name)
+		}
+		return "", false
+	}
+}
+
+// Only resolves the listed names through r, and no others: a runner that
+// takes configs from others exposes only what its operator chose.
+func Only(names []string, r Resolver) Resolver {
+	allowed := map[string]bool{}
+	for _, n := range names {
+		allowed[strings.TrimSpace(n)] = true
+	}
+	return func(name string) (string, bool) {
+		if !allowed[name] {
+			return "", false
+		}
+		return r(name)
+	}
+}
+
+// Parse checks a config document; ${VAR} comes from the environment, then
+// lookup.
 func Parse(b []byte, source string, lookup func(string) (string, bool)) (*File, error) {
-	js, err := yaml.YAMLToJSON(b)
+	return ParseWith(b, source, EnvThen(lookup))
+}
+
+// ParseWith checks a config document, resolving ${VAR} with resolve only.
+func ParseWith(b []byte, source string, resolve Resolver) (*File, error) {
+	// Strict: a key given twice is an error, not "the last one wins".
+	js, err := yaml.YAMLToJSONStrict(b)
 	if err != nil {
 		return nil, &Error{Source: source, Problems: []string{"not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")}}
 	}
@@ -209,7 +248,7 @@ func Parse(b []byte, source string, lookup func(string) (string, bool)) (*File, 
 		return nil, &Error{Source: source, Problems: []string{"the config must be a mapping of keys (name:, llm:, tools:, …)"}}
 	}
 	var probs []string
-	doc = expand(doc, "", lookup, &probs)
+	doc = expand(doc, "", resolve, &probs)
 	sch, err := validator()
 	if err != nil {
 		return nil, fmt.Errorf("agent config schema: %w", err)
@@ -239,28 +278,25 @@ func Parse(b []byte, source string, lookup func(string) (string, bool)) (*File, 
 
 // expand replaces ${VAR} in string values (never in keys, so a variable
 // cannot add configuration).
-func expand(v any, path string, lookup func(string) (string, bool), probs *[]string) any {
+func expand(v any, path string, resolve Resolver, probs *[]string) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			x[k] = expand(e, join(path, k), lookup, probs)
+			x[k] = expand(e, join(path, k), resolve, probs)
 		}
 	case []any:
 		for i, e := range x {
-			x[i] = expand(e, fmt.Sprintf("%s[%d]", path, i), lookup, probs)
+			x[i] = expand(e, fmt.Sprintf("%s[%d]", path, i), resolve, probs)
 		}
 	case string:
 		return envRef.ReplaceAllStringFunc(x, func(m string) string {
 			name := m[2 : len(m)-1]
-			if val, ok := os.LookupEnv(name); ok {
-				return val
-			}
-			if lookup != nil {
-				if val, ok := lookup(name); ok {
+			if resolve != nil {
+				if val, ok := resolve(name); ok {
 					return val
 				}
 			}
-			*probs = append(*probs, fmt.Sprintf("%s: ${%s} is not set in the environment (or .env)", path, name))
+			*probs = append(*probs, fmt.Sprintf("%s: ${%s} is not set (in the environment or .env; an agent-runner gives only the variables its TROY_AGENT_ENV lists)", path, name))
 			return ""
 		})
 	}
@@ -395,21 +431,9 @@ type Deps struct {
 	Sink      agent.Sink
 	// Workspace overrides the config's (the --workspace flag).
 	Workspace string
-	// Lookup reads settings after the environment (a .env file).
-	Lookup func(string) (string, bool)
-}
-
-// setting is the environment's value of key, else lookup's.
-func setting(key string, lookup func(string) (string, bool)) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	if lookup != nil {
-		if v, ok := lookup(key); ok {
-			return v
-		}
-	}
-	return ""
+	// Settings gives OPENAI_API_KEY and OPENAI_BASE_URL when the config
+	// leaves them out (nil: the environment).
+	Settings Resolver
 }
 
 // Build assembles an agent.Config from the file.
@@ -421,13 +445,25 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 	pc := llm.ProviderConfig{Provider: f.LLM.Provider, Model: f.LLM.Model, BaseURL: f.LLM.BaseURL, APIKey: f.LLM.APIKey,
 		Script: f.LLM.Script, Pricing: d.Pricing,
 		Client: llm.Config{Timeout: time.Duration(f.LLM.TimeoutS * float64(time.Second)), MaxRetries: f.LLM.MaxRetries, Pricing: d.Pricing}}
-	if strings.EqualFold(pc.Provider, "openai") {
-		// The explainer's settings, when the config leaves them out.
-		if pc.APIKey == "" {
-			pc.APIKey = setting("OPENAI_API_KEY", d.Lookup)
+	if strings.EqualFold(pc.Provider, "openai") && pc.APIKey == "" {
+		// The explainer's settings, when the config leaves the key out. The
+		// key only goes where those settings say (OPENAI_BASE_URL, or
+		// OpenAI): never to a base_url the config chose.
+		settings := d.Settings
+		if settings == nil {
+			settings = EnvThen(nil)
+		}
+		home, ok := settings("OPENAI_BASE_URL")
+		if !ok {
+			home = ""
 		}
 		if pc.BaseURL == "" {
-			pc.BaseURL = setting("OPENAI_BASE_URL", d.Lookup)
+			pc.BaseURL = home
+		}
+		if strings.TrimRight(pc.BaseURL, "/") == strings.TrimRight(home, "/") {
+			if key, ok := settings("OPENAI_API_KEY"); ok {
+				pc.APIKey = key
+			}
 		}
 		if pc.APIKey == "" && pc.BaseURL == "" {
 			return agent.Config{}, errors.New("llm: provider openai needs api_key (or OPENAI_API_KEY in the environment or .env), or base_url for a local server")

