@@ -213,14 +213,16 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		}
 	}()
 	stderr := cmd.ErrOrStderr()
-	con := &console{w: stderr}
+	con := &console{w: stderr, out: stderr}
 	if f.quiet {
 		con.w = io.Discard
 	}
 	ctl := &agent.Control{}
 	cancelRun := func(reason string) {
 		if remote {
-			_, _ = st.nc.Request(agentrun.CancelPrefix+req.RunID, []byte(reason), 2*time.Second)
+			if _, err := st.nc.Request(agentrun.CancelPrefix+req.RunID, []byte(reason), 2*time.Second); err != nil {
+				con.printf("troy: no runner answered the cancel (%v): the run may not have started yet; Ctrl-C again stops waiting\n", err)
+			}
 			return
 		}
 		ctl.Cancel(reason)
@@ -235,10 +237,10 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 			case <-sigs:
 				n++
 				if n == 1 {
-					fmt.Fprintln(stderr, "troy: cancelling at the next checkpoint (Ctrl-C again to stop now)")
+					con.printf("troy: cancelling at the next checkpoint (Ctrl-C again to stop now)\n")
 					cancelRun("interrupted (Ctrl-C)")
 				} else {
-					fmt.Fprintln(stderr, "troy: stopping now")
+					con.printf("troy: stopping now\n")
 					cancelAll()
 					return
 				}
@@ -253,9 +255,9 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 	}
 	reportWait, werr := agentrun.WatchReport(base, st.js, req.RunID)
 	if workspace != "" {
-		fmt.Fprintf(stderr, "troy: run %s, session %s, workspace %s\n", req.RunID, req.SessionID, workspace)
+		con.printf("troy: run %s, session %s, workspace %s\n", req.RunID, req.SessionID, workspace)
 	} else {
-		fmt.Fprintf(stderr, "troy: run %s, resuming session %s\n", req.RunID, req.SessionID)
+		con.printf("troy: run %s, resuming session %s\n", req.RunID, req.SessionID)
 	}
 
 	var out agentrun.Outcome
@@ -278,7 +280,7 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		return codeError{agentNotDone, err}
 	}
 	for _, p := range out.Problems {
-		fmt.Fprintln(stderr, "troy: warning:", p)
+		con.printf("troy: warning: %s\n", p)
 	}
 	if out.PolicyHash != "" && werr == nil && base.Err() == nil {
 		dir := f.outDir
@@ -286,11 +288,11 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 			dir = filepath.Join(defaultOutDir(), "agent-"+out.RunID)
 		}
 		if rep, err := reportWait.Wait(base, f.wait); err != nil {
-			fmt.Fprintf(stderr, "troy: warning: %v for run %s (its violations were still published on troy.violations.>)\n", err, out.RunID)
+			con.printf("troy: warning: %v for run %s (its violations were still published on troy.violations.>)\n", err, out.RunID)
 		} else if err := writeAgentReport(dir, rep.Audit, rep.Markdown, rep.Responses, modes); err != nil {
-			fmt.Fprintf(stderr, "troy: warning: writing the report: %v\n", err)
+			con.printf("troy: warning: writing the report: %v\n", err)
 		} else {
-			fmt.Fprintf(stderr, "troy: audit: risk %d/100, %d violation(s); report %s\n", rep.Audit.RiskScore, len(rep.Audit.Violations), filepath.Join(dir, report.MarkdownFile))
+			con.printf("troy: audit: risk %d/100, %d violation(s); report %s\n", rep.Audit.RiskScore, len(rep.Audit.Violations), filepath.Join(dir, report.MarkdownFile))
 		}
 	}
 	printOutcome(cmd.OutOrStdout(), out, f.jsonOut)
@@ -372,8 +374,9 @@ func printOutcome(w io.Writer, out agentrun.Outcome, jsonOut bool) {
 
 // console prints a run live on stderr, one line per event.
 type console struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer // the run's events (io.Discard with console: false)
+	out io.Writer // troy's own lines
 }
 
 func clipLine(s string, n int) string {
@@ -426,6 +429,13 @@ func (c *console) Emit(ev agent.Event) {
 	case agent.EventRunEnd:
 		fmt.Fprintf(c.w, "■ end: %v after %v iteration(s)\n", d["status"], d["iterations"])
 	}
+}
+
+// printf writes a line of troy's own (always shown, even with console off).
+func (c *console) printf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fmt.Fprintf(c.out, format, args...)
 }
 
 func (c *console) violation(f ocsf.Finding) {

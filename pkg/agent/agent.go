@@ -171,7 +171,8 @@ func New(cfg Config) (*Agent, error) {
 
 // Control cancels a run cooperatively: the run stops at its next
 // checkpoint (before an LLM call, or between iterations) and still ends
-// with a normal result. Calls already in flight finish.
+// with a normal result. Calls already in flight finish. A Control belongs
+// to one run: a Cancel that comes while the run is being set up counts.
 type Control struct {
 	mu     sync.Mutex
 	reason string
@@ -185,12 +186,6 @@ func (c *Control) Cancel(reason string) {
 	if !c.set {
 		c.set, c.reason = true, reason
 	}
-}
-
-func (c *Control) reset() {
-	c.mu.Lock()
-	c.set, c.reason = false, ""
-	c.mu.Unlock()
 }
 
 // Cancelled reports whether Cancel was called, and why.
@@ -266,8 +261,10 @@ func (a *Agent) Resume(ctx context.Context, sessionID string, ctl *Control, opts
 		st.RunID = id
 		st.Runs = append(st.Runs, st.RunID)
 	}
+	if st.Status != Running { // a crashed run keeps a submission it made
+		st.Final, st.FinalAnswer = nil, ""
+	}
 	st.Status = Running
-	st.Final, st.FinalAnswer = nil, ""
 	return a.drive(ctx, st, ctl, true)
 }
 
@@ -292,19 +289,23 @@ type run struct {
 	toolCalls  int
 	usage      llm.Usage
 	problems   []string
+	takenOver  bool
 }
 
 func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool) (Result, error) {
 	if ctl == nil {
 		ctl = &Control{}
 	}
-	ctl.reset() // a cancel left over from before this run has no effect
 	root, err := os.OpenRoot(a.cfg.Workspace)
 	if err != nil {
 		return Result{}, fmt.Errorf("agent: workspace: %w", err)
 	}
 	defer root.Close()
 	r := &run{a: a, st: st, ctl: ctl, started: time.Now()}
+	if c := st.Counters; c.RunID == st.RunID && !c.Started.IsZero() {
+		// the same run going on after its runner died: its budgets go on too
+		r.started, r.iterations, r.toolCalls, r.usage = c.Started, c.Iterations, c.ToolCalls, c.Usage
+	}
 	r.env = &tools.Env{Root: root, Scratchpad: st.Scratchpad, Skills: a.cfg.Skills,
 		Notify: func(typ string, data map[string]any) { r.emit(typ, PhaseExecute, data) }}
 	if err := a.cfg.Store.Save(ctx, st); err != nil {
@@ -321,12 +322,29 @@ func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool
 		st.Transcript = append(st.Transcript, llm.Turn{Role: "user", Text: resumedResults, ToolResults: st.Pending, Iteration: st.Iteration})
 		st.Pending = nil
 	}
-	err = r.loop(ctx)
+	if sub := st.Final; sub != nil && sub.Answer != "" {
+		// It had submitted when its runner died: it ends as it chose.
+		return r.finish(ctx, &stop{status: Status(sub.Status), answer: sub.Answer, sub: sub}), nil
+	}
+	err = r.safeLoop(ctx)
 	var s *stop
-	if !errors.As(err, &s) { // cannot happen by design; still ends the run properly
+	if !errors.As(err, &s) {
 		s = &stop{status: Failed, answer: fmt.Sprintf("The run failed: %v", err)}
 	}
 	return r.finish(ctx, s), nil
+}
+
+// safeLoop runs the loop; a panic inside it (a bug, a tool outside the
+// registry's guard) still ends the run with a status and run.end.
+func (r *run) safeLoop(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			msg := fmt.Sprintf("internal error: %v", p)
+			r.emit(EventError, "", map[string]any{"message": msg})
+			err = &stop{status: Failed, answer: "The run failed: " + msg}
+		}
+	}()
+	return r.loop(ctx)
 }
 
 func orEmpty(s []string) []string {
@@ -371,21 +389,40 @@ func (r *run) emit(typ, phase string, data map[string]any) {
 // run goes on (the next checkpoint may succeed).
 func (r *run) save(ctx context.Context) {
 	r.st.UpdatedAt = time.Now().UTC()
+	r.st.Counters = RunCounters{RunID: r.st.RunID, Started: r.started, Iterations: r.iterations, ToolCalls: r.toolCalls, Usage: r.usage}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.a.cfg.CheckpointTimeout)
 	defer cancel()
-	if err := r.a.cfg.Store.Save(sctx, r.st); err != nil {
+	err := r.a.cfg.Store.Save(sctx, r.st)
+	switch {
+	case errors.Is(err, ErrSessionConflict):
+		r.takenOver = true // stops the run at its next checkpoint
+		r.emit(EventError, "", map[string]any{"message": "checkpoint refused: another run saved this session meanwhile; this one stops"})
+	case err != nil:
 		r.emit(EventError, "", map[string]any{"message": "checkpoint failed: " + err.Error()})
 	}
 }
 
 func (r *run) checkCancel(ctx context.Context) error {
+	if r.takenOver {
+		return &stop{status: Failed, answer: "Another run took over this session (troy agent resume while it ran?); this one stopped."}
+	}
 	if reason, ok := r.ctl.Cancelled(); ok {
 		return &stop{status: Cancelled, reason: reason}
 	}
-	if ctx.Err() != nil {
-		return &stop{status: Cancelled, reason: "stopped: " + context.Cause(ctx).Error()}
+	return r.contextDone(ctx)
+}
+
+// contextDone turns the end of ctx into how the run ends: its deadline is a
+// budget (exhausted), anything else a stop from outside (cancelled).
+func (r *run) contextDone(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		r.emit(EventBudgetExceeded, "", map[string]any{"which": "deadline"})
+		return &stop{status: Exhausted, answer: "Ran out of time: the run's deadline passed before it completed the goal."}
+	}
+	return &stop{status: Cancelled, reason: "stopped: " + context.Cause(ctx).Error()}
 }
 
 // checkBudget runs at the top of every iteration (all bounds) and before
@@ -518,14 +555,14 @@ func (r *run) call(ctx context.Context, req llm.Request) (llm.Completion, error)
 	c, err := cfg.Model.Complete(ctx, req)
 	latency := time.Since(start).Milliseconds()
 	if err != nil {
-		data := map[string]any{"model": model, "latency_ms": latency, "status": "error", "error_type": fmt.Sprintf("%T", errors.Unwrap(err)), "status_code": nil}
+		data := map[string]any{"model": model, "latency_ms": latency, "status": "error", "error_type": errorType(err), "status_code": nil}
 		var se *llm.StatusError
 		if errors.As(err, &se) && se.StatusCode != 0 {
 			data["status_code"] = se.StatusCode
 		}
 		r.emit(EventLLMResponse, phase, data)
 		if ctx.Err() != nil {
-			return llm.Completion{}, &stop{status: Cancelled, reason: "stopped: " + context.Cause(ctx).Error()}
+			return llm.Completion{}, r.contextDone(ctx)
 		}
 		msg := fmt.Sprintf("The model provider failed during %s: %v", phase, err)
 		r.emit(EventError, phase, map[string]any{"message": msg})
@@ -656,6 +693,9 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 	}
 	r.emit(EventToolResult, PhaseExecute, data)
 	r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: text, IsError: !res.OK}}
+	if sub := r.env.Submitted; sub != nil {
+		r.st.Final = sub // kept with the checkpoint: a crash now still ends as submitted
+	}
 	r.save(ctx)
 	return nil
 }
@@ -754,3 +794,14 @@ func clip(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// errorType names the innermost error's type, for telemetry.
+func errorType(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return fmt.Sprintf("%T", err)
+		}
+		err = next
+	}
+}

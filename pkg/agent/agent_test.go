@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -329,11 +330,17 @@ func TestCancelCheckpoints(t *testing.T) {
 	assert.Equal(t, agent.Cancelled, res.Status)
 	assert.Len(t, h.model.Calls(), 3)
 
-	// A cancel before the run, or left over from another, has no effect.
+	// A Control is one run's: a cancel that arrives while the run is being
+	// set up stops it at its first checkpoint, before any model call (the
+	// reference clears it instead, losing a Ctrl-C pressed early).
 	ctl = &agent.Control{}
-	ctl.Cancel("stale")
+	ctl.Cancel("early")
 	h = newHarness(t, P("s2", "submit"), S("complete"))
-	assert.Equal(t, agent.Complete, h.run(ctl).Status)
+	assert.Equal(t, agent.Cancelled, h.run(ctl).Status)
+	assert.Empty(t, h.model.Calls())
+
+	// A second run with its own Control is not touched by the first's.
+	assert.Equal(t, agent.Complete, h.run(&agent.Control{}).Status)
 }
 
 // Scenario 14 and §5.3 item 5: resume after a cancel between EXECUTE and
@@ -476,4 +483,109 @@ func TestFailingSinkDoesNotBreakTheRun(t *testing.T) {
 	assert.Equal(t, agent.Complete, res.Status)
 	require.Len(t, res.Problems, 1)
 	assert.Contains(t, res.Problems[0], "sink down")
+}
+
+// snapshots keeps every checkpoint, to restart a run from any of them as a
+// runner that died there would.
+type snapshots struct {
+	*agent.MemoryStore
+	all [][]byte
+}
+
+func (s *snapshots) Save(ctx context.Context, st *agent.State) error {
+	b, _ := agent.EncodeState(st)
+	s.all = append(s.all, b)
+	return s.MemoryStore.Save(ctx, st)
+}
+
+// restore puts checkpoint i back as the session's state, as if the run had
+// died right after it.
+func (s *snapshots) restore(t *testing.T, i int) *agent.State {
+	t.Helper()
+	st, err := agent.DecodeState(s.all[i])
+	require.NoError(t, err)
+	require.NoError(t, s.MemoryStore.Save(context.Background(), st))
+	return st
+}
+
+// A run whose runner died after submit executed ends as it submitted when
+// it goes on, without asking the model again.
+func TestCrashAfterSubmitEndsAsSubmitted(t *testing.T) {
+	store := &snapshots{MemoryStore: agent.NewMemoryStore()}
+	h := newHarness(t, P("s2", "submit"), S("complete"))
+	h.store = store.MemoryStore
+	reg, _ := tools.NewRegistry(tools.Submit{})
+	a, err := agent.New(agent.Config{Model: h.model, Tools: reg, Workspace: h.ws, Store: store})
+	require.NoError(t, err)
+	res, err := a.Run(context.Background(), "g", nil)
+	require.NoError(t, err)
+	require.Equal(t, agent.Complete, res.Status)
+	// the last checkpoint with the run still running: after EXECUTE
+	i := len(store.all) - 1
+	for ; i >= 0; i-- {
+		st, _ := agent.DecodeState(store.all[i])
+		if st.Status == agent.Running && st.Final != nil {
+			break
+		}
+	}
+	require.GreaterOrEqual(t, i, 0, "the submission is checkpointed before the run ends")
+	store.restore(t, i)
+	model := &llm.Scripted{}
+	a, err = agent.New(agent.Config{Model: model, Tools: reg, Workspace: h.ws, Store: store})
+	require.NoError(t, err)
+	res2, err := a.Resume(context.Background(), res.SessionID, nil, agent.WithRunID(res.RunID))
+	require.NoError(t, err)
+	assert.Equal(t, agent.Complete, res2.Status)
+	assert.Equal(t, "hi", res2.Answer)
+	assert.Empty(t, model.Calls())
+}
+
+// The same run going on after a crash keeps its spent budgets.
+func TestBudgetsSurviveACrashOfTheSameRun(t *testing.T) {
+	var script []llm.ScriptedResponse
+	for i := range 4 {
+		script = append(script, P("s1", "file_system"), A("file_system", write(fmt.Sprintf("f%d", i), "x")), E("partial", "wrote one more file", "in_progress"))
+	}
+	store := &snapshots{MemoryStore: agent.NewMemoryStore()}
+	reg, _ := tools.NewRegistry(tools.FileSystem{}, tools.Submit{})
+	ws := t.TempDir()
+	mk := func(m *llm.Scripted) *agent.Agent {
+		a, err := agent.New(agent.Config{Model: m, Tools: reg, Workspace: ws, Store: store, Budget: agent.Budget{MaxIterations: 2}})
+		require.NoError(t, err)
+		return a
+	}
+	res, err := mk(&llm.Scripted{Responses: script}).Run(context.Background(), "g", nil)
+	require.NoError(t, err)
+	require.Equal(t, agent.Exhausted, res.Status)
+	// back to the end of iteration 1, still running
+	i := 0
+	for ; i < len(store.all); i++ {
+		st, _ := agent.DecodeState(store.all[i])
+		if st.Iteration == 1 && len(st.Iterations) == 1 && st.Iterations[0].Evaluation != nil {
+			break
+		}
+	}
+	store.restore(t, i)
+	m := &llm.Scripted{Responses: script[3:]}
+	res, err = mk(m).Resume(context.Background(), res.SessionID, nil, agent.WithRunID(res.RunID))
+	require.NoError(t, err)
+	assert.Equal(t, agent.Exhausted, res.Status)
+	assert.Len(t, m.Calls(), 3, "one iteration was left of the run's two")
+}
+
+// A run's deadline (its context's) ends it exhausted, not cancelled.
+func TestDeadlineIsABudget(t *testing.T) {
+	h := newHarness(t, P("s1", "file_system"), A("file_system", write("f.txt", "hi")))
+	h.model.OnCall = func(i int, _ llm.Request) {
+		if i == 0 {
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	res, err := h.agent.Run(ctx, "g", nil)
+	require.NoError(t, err)
+	assert.Equal(t, agent.Exhausted, res.Status)
+	assert.Contains(t, res.Answer, "Ran out of time")
+	h.assertEnded(agent.Exhausted)
 }

@@ -102,6 +102,9 @@ func (r *run) compact(ctx context.Context) error {
 		text = "Summary so far:\n" + r.st.Summary + "\n\nThen:\n" + text
 	}
 	summary, err := r.summarise(ctx, text, c, 1)
+	if err == nil && strings.TrimSpace(summary) == "" {
+		err = errors.New("the model returned an empty summary")
+	}
 	if err != nil {
 		var s *stop
 		if errors.As(err, &s) && s.status != Failed {

@@ -86,6 +86,9 @@ type State struct {
 	Pending     []llm.ToolResult  `json:"pending,omitempty"`
 	Final       *tools.Submission `json:"final,omitempty"`
 	FinalAnswer string            `json:"final_answer,omitempty"`
+	// Counters are the current run's budgets spent so far, so a run that
+	// goes on after its runner died does not start them afresh.
+	Counters RunCounters `json:"counters"`
 	// Origin is what built the run (see Config.Origin).
 	Origin    json.RawMessage `json:"origin,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
@@ -101,6 +104,19 @@ func NewID() string {
 
 // ErrSessionNotFound is returned for an unknown session id.
 var ErrSessionNotFound = errors.New("no such session")
+
+// RunCounters are one run's spent budgets.
+type RunCounters struct {
+	RunID      string    `json:"run_id"`
+	Started    time.Time `json:"started"`
+	Iterations int       `json:"iterations"`
+	ToolCalls  int       `json:"tool_calls"`
+	Usage      llm.Usage `json:"usage"`
+}
+
+// ErrSessionConflict is returned by a Store when another run saved the
+// session since this one loaded it.
+var ErrSessionConflict = errors.New("the session was changed by another run")
 
 // ErrNotResumable is returned when a session finished on its own.
 var ErrNotResumable = errors.New("session cannot be resumed")

@@ -29,9 +29,9 @@ type Feed struct {
 	// trace is already open.
 	Continuing bool
 	Timeout    time.Duration
-	// Hold, when it returns true at the run's end, leaves the trace open:
+	// Hold, when it returns true for the run's end, leaves the trace open:
 	// the run will go on under another runner.
-	Hold func() bool
+	Hold func(agent.Event) bool
 
 	mu      sync.Mutex
 	lastAct string
@@ -95,7 +95,7 @@ func (f *Feed) Emit(ev agent.Event) {
 		f.step(ctx, ev, &trace.Step{Type: trace.TypeObservation, Name: "observe", Output: ev.Data, ParentStepID: f.lastRun,
 			Description: str(ev.Data["evidence"])})
 	case agent.EventRunEnd:
-		if f.Hold != nil && f.Hold() {
+		if f.Hold != nil && f.Hold(ev) {
 			return
 		}
 		f.step(ctx, ev, &trace.Step{Type: trace.TypeDecision, Name: "run_end", Output: ev.Data,
@@ -162,17 +162,15 @@ func (f *Feed) Flush(ctx context.Context) {
 
 // settle waits for the pending publishes; f.mu is held.
 func (f *Feed) settle(ctx context.Context) {
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // for all of them together
+	defer cancel()
 	for _, p := range f.futures {
 		select {
 		case <-p.fut.Ok():
 		case err := <-p.fut.Err():
 			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: %v", p.typ, err))
-		case <-t.C:
-			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: not stored within 10s", p.typ))
 		case <-ctx.Done():
-			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: %v", p.typ, ctx.Err()))
+			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: not stored: %v", p.typ, ctx.Err()))
 		}
 	}
 	f.futures = nil

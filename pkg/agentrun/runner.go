@@ -94,6 +94,8 @@ type Runner struct {
 	Providers  *llm.Providers
 	Pricing    *llm.Pricing
 	Log        zerolog.Logger
+	// Stopping reports that the runner is shutting down (nil: never).
+	Stopping func() bool
 	// Env resolves ${VAR} in configs (nil: none is resolved). A runner that
 	// takes requests from others gives only what its operator listed.
 	Env spec.Resolver
@@ -133,11 +135,12 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
 	continuing := false
+	defer r.Sessions.Forget(req.SessionID)
 	st, err := r.Sessions.Load(ctx, req.SessionID)
 	switch {
 	case err == nil:
-		if !st.Status.Resumable() && st.RunID == req.RunID {
-			// finished, but its result or ack was lost: answer again
+		if st.RunID == req.RunID && st.Status != agent.Running {
+			// this run ended, but its result or ack was lost: answer again
 			out := outcomeOf(st)
 			return out, r.publish(ctx, req.RunID, out)
 		}
@@ -173,18 +176,27 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	origin := req
 	origin.Resume = false
 	originJSON, _ := json.Marshal(origin)
-	events := &Events{JS: r.JS}
-	sinks := Sinks{events}
 	if ctl == nil {
 		ctl = &agent.Control{}
 	}
 	// Stopped from outside the run (the runner shutting down), not by a
 	// cancel: the run is not over, only this runner's part of it.
-	interrupted := func() bool { _, asked := ctl.Cancelled(); return ctx.Err() != nil && !asked }
+	// The runner itself stopping (shutdown) cancels the run's context: the
+	// run is not over, only this runner's part of it. A cancel asked for,
+	// or the run's deadline, is an end like any other.
+	interrupted := func(status agent.Status) bool {
+		_, asked := ctl.Cancelled()
+		return status == agent.Cancelled && !asked && ctx.Err() != nil && r.Stopping != nil && r.Stopping()
+	}
+	hold := func(ev agent.Event) bool {
+		return (ev.Type == agent.EventRunEnd || ev.Type == agent.EventRunCancelled) && interrupted(agent.Cancelled)
+	}
+	events := &Events{JS: r.JS, Hold: hold}
+	sinks := Sinks{events}
 	var feed *Feed
 	if hash != "" {
 		feed = &Feed{Sender: stream.Sender{Pub: r.JS, Partitions: r.Partitions}, JS: r.JS, Starts: r.Streams, PolicyHash: hash,
-			Continuing: continuing, Hold: interrupted}
+			Continuing: continuing, Hold: hold}
 		sinks = append(sinks, feed)
 	}
 	external, err := openSinks(file.Observability)
@@ -232,9 +244,10 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		sinkProblems = append(sinkProblems, s.Close(fctx)...)
 	}
 	closed = true
-	if interrupted() {
+	if interrupted(res.Status) {
 		if st, err := r.Sessions.Load(fctx, req.SessionID); err == nil {
-			st.Status = agent.Running
+			// as it was before this runner's end was written over it
+			st.Status, st.Final, st.FinalAnswer = agent.Running, nil, ""
 			if err := r.Sessions.Save(fctx, st); err != nil {
 				return Outcome{}, fmt.Errorf("%w; and marking session %s to go on failed: %v", ErrInterrupted, req.SessionID, err)
 			}

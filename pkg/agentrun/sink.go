@@ -32,6 +32,9 @@ func EventSubject(runID, typ string) string { return EventsPrefix + runID + "." 
 // A failed publish never fails the run: it is counted and reported by Flush.
 type Events struct {
 	JS jetstream.JetStream
+	// Hold drops the events it returns true for (a run.end of a run that
+	// goes on under another runner).
+	Hold func(agent.Event) bool
 
 	mu      sync.Mutex
 	futures []jetstream.PubAckFuture
@@ -40,6 +43,9 @@ type Events struct {
 
 // Emit implements agent.Sink.
 func (e *Events) Emit(ev agent.Event) {
+	if e.Hold != nil && e.Hold(ev) {
+		return
+	}
 	b, err := json.Marshal(ev)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -57,23 +63,22 @@ func (e *Events) Emit(ev agent.Event) {
 	}
 	e.futures = append(e.futures, f)
 	if len(e.futures) >= 256 { // keep the pending list short on long runs
-		e.settle(context.Background(), 5*time.Second)
+		e.settle(context.Background(), 10*time.Second)
 	}
 }
 
-// settle waits for the pending publishes; e.mu is held.
+// settle waits for the pending publishes, d for all of them together;
+// e.mu is held.
 func (e *Events) settle(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	for _, f := range e.futures {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
 			e.errs = append(e.errs, fmt.Sprintf("event on %s: %v", f.Msg().Subject, err))
-		case <-t.C:
-			e.errs = append(e.errs, fmt.Sprintf("event on %s: not stored within %s", f.Msg().Subject, d))
 		case <-ctx.Done():
-			e.errs = append(e.errs, fmt.Sprintf("event on %s: %v", f.Msg().Subject, ctx.Err()))
+			e.errs = append(e.errs, fmt.Sprintf("event on %s: not stored: %v", f.Msg().Subject, ctx.Err()))
 		}
 	}
 	e.futures = e.futures[:0]
@@ -90,11 +95,23 @@ func (e *Events) Flush(ctx context.Context) []string {
 // Sinks fans an event out to several sinks, in order.
 type Sinks []agent.Sink
 
-// Emit implements agent.Sink.
+// Emit implements agent.Sink. A sink that panics does not keep the event
+// from the others (the run notes the panic).
 func (s Sinks) Emit(ev agent.Event) {
+	var failed any
 	for _, k := range s {
 		if k != nil {
-			k.Emit(ev)
+			func() {
+				defer func() {
+					if p := recover(); p != nil && failed == nil {
+						failed = p
+					}
+				}()
+				k.Emit(ev)
+			}()
 		}
+	}
+	if failed != nil {
+		panic(failed) // to the run, which reports it
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,8 +18,15 @@ import (
 const SessionsBucket = pipelines.BucketAgentSessions
 
 // Sessions keeps agent sessions in the JetStream KV bucket
-// troy_agent_sessions: a crash or a cancel resumes from the last phase.
-type Sessions struct{ kv jetstream.KeyValue }
+// troy_agent_sessions: a crash or a cancel resumes from the last phase. A
+// save is conditional on the revision this process last read or wrote, so
+// two runs of one session (a resume while it still runs) cannot both go
+// on: the second to save gets agent.ErrSessionConflict.
+type Sessions struct {
+	kv  jetstream.KeyValue
+	mu  sync.Mutex
+	rev map[string]uint64
+}
 
 // OpenSessions opens the bucket (provisioned from the topology).
 func OpenSessions(ctx context.Context, js jetstream.JetStream) (*Sessions, error) {
@@ -26,7 +34,7 @@ func OpenSessions(ctx context.Context, js jetstream.JetStream) (*Sessions, error
 	if err != nil {
 		return nil, fmt.Errorf("agent sessions: bucket %s: %w", SessionsBucket, err)
 	}
-	return &Sessions{kv: kv}, nil
+	return &Sessions{kv: kv, rev: map[string]uint64{}}, nil
 }
 
 // ValidID reports whether a session or run id is usable as a KV key, a
@@ -64,6 +72,9 @@ func (s *Sessions) Load(ctx context.Context, id string) (*agent.State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent sessions: %w", err)
 	}
+	s.mu.Lock()
+	s.rev[id] = e.Revision()
+	s.mu.Unlock()
 	return agent.DecodeState(e.Value())
 }
 
@@ -77,10 +88,31 @@ func (s *Sessions) Save(ctx context.Context, st *agent.State) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Put(ctx, k, b); err != nil {
+	s.mu.Lock()
+	last, known := s.rev[st.SessionID]
+	s.mu.Unlock()
+	var rev uint64
+	if known {
+		rev, err = s.kv.Update(ctx, k, b, last)
+	} else {
+		rev, err = s.kv.Create(ctx, k, b)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+		return fmt.Errorf("session %s: %w", st.SessionID, agent.ErrSessionConflict)
+	}
+	if err != nil {
 		return fmt.Errorf("agent sessions: save %s: %w", st.SessionID, err)
 	}
+	s.mu.Lock()
+	s.rev[st.SessionID] = rev
+	s.mu.Unlock()
 	return nil
+}
+
+// isWrongLastSequence recognises a conditional update that lost the race.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // Summary is one line of `troy agent list`.
@@ -117,4 +149,12 @@ func (s *Sessions) List(ctx context.Context) ([]Summary, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UpdatedAt.After(out[j].UpdatedAt) })
 	return out, nil
+}
+
+// Forget drops what this process remembers of a session (its revision),
+// once its run is over here.
+func (s *Sessions) Forget(id string) {
+	s.mu.Lock()
+	delete(s.rev, id)
+	s.mu.Unlock()
 }

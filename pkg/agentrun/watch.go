@@ -11,6 +11,7 @@ import (
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/ocsf"
 )
@@ -149,9 +150,14 @@ func (w *ReportWaiter) Wait(ctx context.Context, timeout time.Duration) (*events
 	}
 }
 
-// WaitResult waits for a run's outcome (already published, or to come).
+// DeadLetters is where the runner's requests go when no delivery could
+// finish them.
+const DeadLetters = "troy.dlq.agent-runner.>"
+
+// WaitResult waits for a run's outcome (already published, or to come), or
+// for its request to be dead-lettered (then an outcome with Error says why).
 func WaitResult(ctx context.Context, js jetstream.JetStream, runID string) (Outcome, error) {
-	ch := make(chan Outcome, 1)
+	ch := make(chan Outcome, 2)
 	stop, err := watch(ctx, js, pipelines.StreamAgentEvents, []string{ResultPrefix + runID}, true, func(m jetstream.Msg) bool {
 		var o Outcome
 		if json.Unmarshal(m.Data(), &o) == nil {
@@ -164,6 +170,25 @@ func WaitResult(ctx context.Context, js jetstream.JetStream, runID string) (Outc
 		return Outcome{}, err
 	}
 	defer stop()
+	since := time.Now().Add(-time.Minute)
+	cons, err := js.OrderedConsumer(ctx, pipelines.StreamDlq, jetstream.OrderedConsumerConfig{FilterSubjects: []string{DeadLetters},
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
+	if err == nil {
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			var req Request
+			if json.Unmarshal(m.Data(), &req) == nil && req.RunID == runID {
+				o := Outcome{Error: "the agent-runner gave up on the run: " + m.Headers().Get(bus.HeaderReason)}
+				o.RunID, o.SessionID, o.Status = req.RunID, req.SessionID, agent.Failed
+				select {
+				case ch <- o:
+				default:
+				}
+			}
+		})
+		if err == nil {
+			defer cc.Stop()
+		}
+	}
 	select {
 	case o := <-ch:
 		return o, nil

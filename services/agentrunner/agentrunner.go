@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -65,10 +66,11 @@ func (c Config) Validate() error {
 
 // Service is the agent runner.
 type Service struct {
-	deps   bus.Deps
-	cfg    Config
-	runner *agentrun.Runner
-	nc     *nats.Conn
+	deps     bus.Deps
+	cfg      Config
+	runner   *agentrun.Runner
+	nc       *nats.Conn
+	runCtx   atomic.Pointer[context.Context]
 }
 
 // New builds the service; nc receives cancel requests (core NATS).
@@ -81,11 +83,18 @@ func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Servic
 		return nil, err
 	}
 	r.Env, r.Settings = cfg.Env, cfg.Settings
-	return &Service{deps: deps, cfg: cfg, runner: r, nc: nc}, nil
+	s := &Service{deps: deps, cfg: cfg, runner: r, nc: nc}
+	r.Stopping = func() bool {
+		c := s.runCtx.Load()
+		return c != nil && (*c).Err() != nil
+	}
+	return s, nil
 }
 
-// Run consumes until ctx is cancelled, on watermill's router.
+// Run consumes until ctx is cancelled, on watermill's router. A run that
+// the shutdown interrupts is left to be redelivered to another runner.
 func (s *Service) Run(ctx context.Context) error {
+	s.runCtx.Store(&ctx)
 	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithTimeout(s.cfg.MaxRun))
 }
 
@@ -105,9 +114,10 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 			ctl.Cancel(reason)
 			_ = msg.Respond([]byte("ok"))
 		})
-		if err == nil {
-			defer sub.Unsubscribe()
+		if err != nil { // a run nobody could cancel is not started
+			return nil, fmt.Errorf("subscribing to cancels of run %s: %w", req.RunID, err)
 		}
+		defer sub.Unsubscribe()
 	}
 	out, err := s.runner.Execute(m.Context(), req, ctl, nil)
 	switch {

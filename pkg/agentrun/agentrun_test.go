@@ -1,0 +1,63 @@
+package agentrun_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agentrun"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/llm"
+)
+
+// Two runs of one session cannot both go on: the second to save loses.
+func TestSessionSavesAreConditional(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	a, err := agentrun.OpenSessions(ctx, srv.JS)
+	require.NoError(t, err)
+	b, err := agentrun.OpenSessions(ctx, srv.JS)
+	require.NoError(t, err)
+	st := &agent.State{SessionID: "s1", RunID: "r1", Status: agent.Running}
+	require.NoError(t, a.Save(ctx, st))
+	require.ErrorIs(t, b.Save(ctx, st), agent.ErrSessionConflict, "a second creator loses")
+
+	s1, err := a.Load(ctx, "s1")
+	require.NoError(t, err)
+	s2, err := b.Load(ctx, "s1")
+	require.NoError(t, err)
+	require.NoError(t, a.Save(ctx, s1))
+	assert.ErrorIs(t, b.Save(ctx, s2), agent.ErrSessionConflict)
+	require.NoError(t, a.Save(ctx, s1), "the winner goes on")
+}
+
+// A request delivered again after its run ended (its ack was lost) is
+// answered with the stored outcome, not run again.
+func TestRedeliveredRequestIsAnsweredNotRerun(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	r, err := agentrun.New(context.Background(), srv.JS, 8, zerolog.Nop())
+	require.NoError(t, err)
+	calls := 0
+	r.Providers.Register("instant", func(llm.ProviderConfig) (llm.Provider, error) {
+		calls++
+		return instant{}, nil
+	})
+	cfg := json.RawMessage(`{"name": "t", "llm": {"provider": "instant"}, "tools": ["scratchpad", "submit"], "budget": {"max_iterations": 1}, "audit": {"enabled": false}}`)
+	req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: "g", Config: cfg, Workspace: t.TempDir()}
+	out, err := r.Execute(context.Background(), req, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, agent.Exhausted, out.Status)
+	again, err := r.Execute(context.Background(), req, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, out.Status, again.Status)
+	assert.Equal(t, out.Answer, again.Answer)
+	assert.Equal(t, 1, calls, "not run a second time")
+	got, err := agentrun.WaitResult(context.Background(), srv.JS, req.RunID)
+	require.NoError(t, err)
+	assert.Equal(t, agent.Exhausted, got.Status)
+}
