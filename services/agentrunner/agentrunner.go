@@ -66,11 +66,11 @@ func (c Config) Validate() error {
 
 // Service is the agent runner.
 type Service struct {
-	deps     bus.Deps
-	cfg      Config
-	runner   *agentrun.Runner
-	nc       *nats.Conn
-	runCtx   atomic.Pointer[context.Context]
+	deps   bus.Deps
+	cfg    Config
+	runner *agentrun.Runner
+	nc     *nats.Conn
+	runCtx atomic.Pointer[context.Context]
 }
 
 // New builds the service; nc receives cancel requests (core NATS).
