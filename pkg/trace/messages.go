@@ -105,5 +105,9 @@ func (v *validator) messages(traceID, agent string, msgs []any) *Trace {
 			v.add(path+".role", "%q is not one of system, user, assistant, tool", role)
 		}
 	}
+	if len(msgs) > 0 && len(t.Steps) == 0 && len(v.problems) == 0 {
+		// e.g. only assistant messages without content or tool calls
+		v.add("messages", "no message has content or a tool call: a run needs at least one step")
+	}
 	return t
 }
