@@ -128,37 +128,49 @@ func TestAgentExitCodes(t *testing.T) {
 	assert.Contains(t, r.stdout, "[failed] The model provider failed during act")
 }
 
+// interruptAt runs troy, sends it SIGINT `signals` times (200 ms apart) once
+// its stderr shows line, and returns how it ended.
+func interruptAt(t *testing.T, dir, line string, signals int, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := troyCmd(context.Background(), dir, args...)
+	pipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	var out, errb strings.Builder
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		errb.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), line) {
+			for i := range signals {
+				if i > 0 {
+					time.Sleep(200 * time.Millisecond)
+				}
+				require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			}
+			break
+		}
+	}
+	for sc.Scan() {
+		errb.WriteString(sc.Text() + "\n")
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stdout: %s\nstderr: %s", out.String(), errb.String())
+	return ee.ExitCode(), out.String(), errb.String()
+}
+
 // The first Ctrl-C cancels at the next checkpoint and still prints a
 // result; the session then resumes to the end.
 func TestAgentCtrlCThenResume(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "echo started; sleep 2; echo >> ran.txt"}}]}]`+"\n")
-	cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "work then answer")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	var stdout strings.Builder
-	cmd.Stdout = &stdout
-	require.NoError(t, cmd.Start())
-	sc := bufio.NewScanner(stderr)
-	var seen strings.Builder
-	for sc.Scan() {
-		seen.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), "[1] call execute_code") {
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			break
-		}
-	}
-	for sc.Scan() {
-		seen.WriteString(sc.Text() + "\n")
-	}
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, seen.String())
-	assert.Equal(t, 1, ee.ExitCode())
-	assert.Contains(t, seen.String(), "cancelling at the next checkpoint")
-	assert.Contains(t, stdout.String(), "[cancelled] Run cancelled: interrupted (Ctrl-C)")
+	code, stdout, stderr := interruptAt(t, dir, "[1] call execute_code", 1, "agent", "run", cfg, "work then answer")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "cancelling at the next checkpoint")
+	assert.Contains(t, stdout, "[cancelled] Run cancelled: interrupted (Ctrl-C)")
 	assert.FileExists(t, filepath.Join(dir, "ran.txt"), "the call in flight finished")
-	session := strings.TrimPrefix(strings.Fields(stdout.String()[strings.Index(stdout.String(), "session="):])[0], "session=")
+	session := strings.TrimPrefix(strings.Fields(stdout[strings.Index(stdout, "session="):])[0], "session=")
 
 	// The resumed session re-reads its config: the script goes on from here.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte("responses: ["+plan("s2", "submit")+", "+submitComplete+"]\n"), 0o644))
@@ -170,31 +182,11 @@ func TestAgentCtrlCThenResume(t *testing.T) {
 
 	// A second Ctrl-C stops at once, still with a result.
 	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 30"}}]}]`+"\n")
-	cmd = troyCmd(context.Background(), dir, "agent", "run", cfg, "sleep")
-	stderr, err = cmd.StderrPipe()
-	require.NoError(t, err)
-	stdout.Reset()
-	cmd.Stdout = &stdout
-	require.NoError(t, cmd.Start())
 	start := time.Now()
-	sc = bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "[1] call execute_code") {
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			time.Sleep(200 * time.Millisecond)
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			break
-		}
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-	err = cmd.Wait()
-	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, 1, ee.ExitCode())
+	code, stdout, _ = interruptAt(t, dir, "[1] call execute_code", 2, "agent", "run", cfg, "sleep")
+	assert.Equal(t, 1, code)
 	assert.Less(t, time.Since(start), 15*time.Second, "the 30 s sleep was killed")
-	assert.Contains(t, stdout.String(), "[cancelled]")
+	assert.Contains(t, stdout, "[cancelled]")
 }
 
 // troy agent run --nats-url queues the run for troy serve's agent-runner
@@ -225,28 +217,9 @@ func TestAgentRunOnAServer(t *testing.T) {
 	assert.Contains(t, r.stdout, run)
 
 	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 2"}}]}]`+"\n")
-	cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "sleep", "--nats-url", natsURL)
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	var stdout strings.Builder
-	cmd.Stdout = &stdout
-	require.NoError(t, cmd.Start())
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "[1] call execute_code") {
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			break
-		}
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, stdout.String())
-	assert.Equal(t, 1, ee.ExitCode())
-	assert.Contains(t, stdout.String(), "[cancelled] Run cancelled: interrupted (Ctrl-C)")
+	code, stdout, _ := interruptAt(t, dir, "[1] call execute_code", 1, "agent", "run", cfg, "sleep", "--nats-url", natsURL)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stdout, "[cancelled] Run cancelled: interrupted (Ctrl-C)")
 }
 
 // Two agent-runner processes share the queue; the one running a request is
