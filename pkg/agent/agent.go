@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/agent/tools"
 	"github.com/troy-audit/troy/pkg/llm"
+	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // Model completes a conversation with tools (an llm.Provider).
@@ -87,11 +89,43 @@ type Config struct {
 	ExtraInstructions  string
 	MaxTokensPerCall   int
 	Compaction         Compaction
+	// Gate screens calls and results (pkg/agent/guardrails); nil: none.
+	Gate Gate
 	// CheckpointTimeout bounds a session save.
 	CheckpointTimeout time.Duration
 	// Origin is kept with a new session: what built the run (the runner's
 	// request), so a resume can rebuild it.
 	Origin []byte
+}
+
+// Gate screens tool calls before they run and their results before the
+// model reads them. It must not panic and must fail closed.
+type Gate interface {
+	ScreenCall(ctx context.Context, c GateCall) GateVerdict
+	// ScreenResult returns the text the model gets, and a verdict when
+	// the content was withheld.
+	ScreenResult(tool, text string, emit func(string, map[string]any)) (string, *GateVerdict)
+}
+
+// GateCall is a call to screen.
+type GateCall struct {
+	RunID, SessionID, Agent, Goal string
+	Iteration                     int
+	Tool                          string
+	Safety                        tools.Safety
+	Arguments                     json.RawMessage
+	Rationale                     string
+	// History is the run's trace so far.
+	History []*trace.Step
+	Emit    func(typ string, data map[string]any)
+}
+
+// GateVerdict is a screening's outcome.
+type GateVerdict struct {
+	Blocked bool
+	Err     *tools.Error // what the model reads when blocked
+	Record  any          // kept in the iteration's safety checks
+	WaitMS  int64        // time spent waiting for a human
 }
 
 // Option sets how a run is identified.
@@ -208,6 +242,8 @@ type Result struct {
 	DurationS         float64  `json:"duration_s"`
 	SessionID         string   `json:"session_id"`
 	RunID             string   `json:"run_id"`
+	// IdleS is the time spent waiting for human approvals.
+	IdleS float64 `json:"idle_s,omitempty"`
 	// Problems are failures around the run that did not stop it (an event
 	// sink that panicked).
 	Problems []string `json:"problems,omitempty"`
@@ -290,6 +326,9 @@ type run struct {
 	usage      llm.Usage
 	problems   []string
 	takenOver  bool
+	steps      Steps         // the run's trace, for the live policy guard
+	history    []*trace.Step // its steps so far
+	idle       time.Duration // waiting for approvals
 }
 
 func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool) (Result, error) {
@@ -369,7 +408,7 @@ func (r *run) loop(ctx context.Context) error {
 }
 
 func (r *run) emit(typ, phase string, data map[string]any) {
-	if r.a.cfg.Sink == nil {
+	if r.a.cfg.Sink == nil && r.a.cfg.Gate == nil {
 		return
 	}
 	if data == nil {
@@ -381,8 +420,16 @@ func (r *run) emit(typ, phase string, data map[string]any) {
 			r.problems = append(r.problems, fmt.Sprintf("event sink failed on %s: %v", typ, p))
 		}
 	}()
-	r.a.cfg.Sink.Emit(Event{ID: NewID(), TS: time.Now().UTC(), Type: typ, RunID: r.st.RunID, SessionID: r.st.SessionID,
-		Agent: r.a.cfg.Name, Iteration: r.st.Iteration, Phase: phase, Data: data})
+	ev := Event{ID: NewID(), TS: time.Now().UTC(), Type: typ, RunID: r.st.RunID, SessionID: r.st.SessionID,
+		Agent: r.a.cfg.Name, Iteration: r.st.Iteration, Phase: phase, Data: data}
+	if r.a.cfg.Gate != nil {
+		if s := r.steps.Step(ev); s != nil {
+			r.history = append(r.history, s)
+		}
+	}
+	if r.a.cfg.Sink != nil {
+		r.a.cfg.Sink.Emit(ev)
+	}
 }
 
 // save checkpoints the session; a failure is reported as an event and the
@@ -677,17 +724,40 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 	na := plan.NextAction
 	r.emit(EventToolCall, PhaseExecute, map[string]any{"tool": call.Name, "call_id": call.ID, "arguments": rawJSON(call.Arguments),
 		"rationale": na.Rationale, "step_id": na.StepID})
-	res := r.a.cfg.Tools.Invoke(ctx, r.env, tools.Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments})
-	r.toolCalls++
-	r.st.ToolCallCount++
+	reg, gate, it := r.a.cfg.Tools, r.a.cfg.Gate, r.it()
+	emit := func(typ string, data map[string]any) { r.emit(typ, PhaseExecute, data) }
+	var res tools.Result
+	ran := false
+	// Arguments are checked first: nobody is asked to approve a call that
+	// could not run (§5.3 #9). Then the guardrails; then the tool.
+	if verr := reg.Validate(call.Name, call.Arguments); verr != nil {
+		res = tools.Result{CallID: call.ID, Tool: call.Name, Err: verr}
+	} else if v := r.screen(ctx, gate, call, na, emit); v.Blocked {
+		res = tools.Result{CallID: call.ID, Tool: call.Name, Err: v.Err}
+	} else {
+		res = reg.Invoke(ctx, r.env, tools.Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments})
+		ran = true
+		r.toolCalls++
+		r.st.ToolCallCount++
+	}
 	text := res.ModelText()
+	withheld := false
+	if gate != nil && ran {
+		var v *GateVerdict
+		if text, v = gate.ScreenResult(call.Name, text, emit); v != nil {
+			withheld = true
+			if v.Record != nil {
+				it.SafetyChecks = append(it.SafetyChecks, v.Record)
+			}
+		}
+	}
 	preview := clip(text, PreviewLimit)
 	rec := ToolCallRecord{CallID: call.ID, Tool: call.Name, Arguments: call.Arguments, Rationale: na.Rationale, StepID: na.StepID,
-		OK: res.OK, ResultPreview: preview, ErrorCode: res.ErrorCode(), DurationMS: res.DurationMS, Artifacts: res.Artifacts}
-	it := r.it()
+		OK: res.OK, ResultPreview: preview, ErrorCode: res.ErrorCode(), DurationMS: res.DurationMS, Artifacts: res.Artifacts,
+		Executed: ran, Withheld: withheld}
 	it.ToolCalls = append(it.ToolCalls, rec)
 	data := map[string]any{"tool": call.Name, "call_id": call.ID, "ok": res.OK, "error_code": nil,
-		"duration_ms": res.DurationMS, "truncated": res.Truncated, "preview": preview}
+		"duration_ms": res.DurationMS, "truncated": res.Truncated, "preview": preview, "executed": ran, "withheld": withheld}
 	if !res.OK {
 		data["error_code"] = string(res.Err.Code)
 	}
@@ -698,6 +768,26 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 	}
 	r.save(ctx)
 	return nil
+}
+
+// screen asks the gate about a call; without a gate everything runs.
+func (r *run) screen(ctx context.Context, gate Gate, call llm.ToolCall, na NextAction, emit func(string, map[string]any)) GateVerdict {
+	if gate == nil {
+		return GateVerdict{}
+	}
+	spec, _ := r.a.cfg.Tools.Spec(call.Name)
+	v := gate.ScreenCall(ctx, GateCall{RunID: r.st.RunID, SessionID: r.st.SessionID, Agent: r.a.cfg.Name, Goal: r.st.Goal,
+		Iteration: r.st.Iteration, Tool: call.Name, Safety: spec.Safety, Arguments: call.Arguments, Rationale: na.Rationale,
+		History: append([]*trace.Step(nil), r.history...), Emit: emit})
+	if v.Record != nil {
+		it := r.it()
+		it.SafetyChecks = append(it.SafetyChecks, v.Record)
+	}
+	r.idle += time.Duration(v.WaitMS) * time.Millisecond
+	if v.Blocked && v.Err == nil {
+		v.Err = tools.Errorf(tools.PolicyViolation, "`%s` was blocked by a guardrail.", call.Name)
+	}
+	return v
 }
 
 func (r *run) observe(ctx context.Context, plan *Plan) (*Evaluation, error) {
@@ -755,6 +845,7 @@ func (r *run) finish(ctx context.Context, s *stop) Result {
 		"total_tokens": res.TotalTokens, "cost_usd": res.CostUSD, "duration_s": res.DurationS,
 		"confidence": res.Confidence, "evidence": res.Evidence, "unmet_requirements": res.UnmetRequirements})
 	res.Problems = r.problems
+	res.IdleS = r.idle.Seconds()
 	return res
 }
 

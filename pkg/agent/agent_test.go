@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,43 +13,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/agenttest"
 	"github.com/troy-audit/troy/pkg/agent/tools"
 	"github.com/troy-audit/troy/pkg/llm"
 )
 
 // Script builders, named as in the reference's scenarios.
-
-func P(step, tool string) llm.ScriptedResponse {
-	plan := map[string]any{"goal_restatement": "do the thing",
-		"steps":       []map[string]any{{"id": "s1", "description": "first"}, {"id": "s2", "description": "finish"}},
-		"next_action": map[string]any{"step_id": step, "tool": tool, "rationale": "because " + step, "success_criteria": "it works"}}
-	b, _ := json.Marshal(plan)
-	return llm.ScriptedResponse{Text: "Thinking.\n<plan>" + string(b) + "</plan>"}
-}
-
-func A(tool string, args map[string]any) llm.ScriptedResponse {
-	return llm.ScriptedResponse{ToolCalls: []llm.ScriptedCall{{Name: tool, Arguments: args}}}
-}
-
-func E(outcome, evidence, goal string, done ...string) llm.ScriptedResponse {
-	if done == nil {
-		done = []string{}
-	}
-	b, _ := json.Marshal(map[string]any{"outcome": outcome, "evidence": evidence, "completed_step_ids": done,
-		"goal_status": goal, "next_step": "carry on"})
-	return llm.ScriptedResponse{Text: "<evaluation>" + string(b) + "</evaluation>"}
-}
-
-func S(status string, unmet ...string) llm.ScriptedResponse {
-	if unmet == nil {
-		unmet = []string{}
-	}
-	return A("submit", map[string]any{"answer": "hi", "status": status, "confidence": 0.9, "evidence": []string{"f.txt"}, "unmet_requirements": unmet})
-}
-
-func write(path, content string) map[string]any {
-	return map[string]any{"operation": "write", "path": path, "content": content}
-}
+var (
+	P     = agenttest.Plan
+	A     = agenttest.Act
+	E     = agenttest.Eval
+	S     = agenttest.Submit
+	write = agenttest.Write
+)
 
 type harness struct {
 	t      *testing.T

@@ -49,6 +49,10 @@ type ToolCallRecord struct {
 	ErrorCode     string           `json:"error_code,omitempty"`
 	DurationMS    int64            `json:"duration_ms"`
 	Artifacts     []tools.Artifact `json:"artifacts,omitempty"`
+	// Executed is false for a call refused before it ran (invalid
+	// arguments, a guardrail); Withheld, for a result the model did not see.
+	Executed bool `json:"executed"`
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // IterationRecord is what happened in one iteration.
@@ -60,6 +64,8 @@ type IterationRecord struct {
 	ToolCalls  []ToolCallRecord `json:"tool_calls"`
 	Evaluation *Evaluation      `json:"evaluation,omitempty"`
 	Violations []Violation      `json:"violations"`
+	// SafetyChecks are the guardrails' decisions in this iteration.
+	SafetyChecks []any `json:"safety_checks,omitempty"`
 }
 
 // State is a session: everything needed to resume it, checkpointed after

@@ -34,27 +34,15 @@ type Feed struct {
 	Hold func(agent.Event) bool
 
 	mu      sync.Mutex
-	lastAct string
-	lastRun string // the execute step, parent of the observation
-	calls   map[string]toolCall
+	steps   agent.Steps
 	errs    []string
 	futures []pending
-}
-
-type toolCall struct {
-	args      any
-	rationale string
-	stepID    string
-	actStep   string
 }
 
 // Emit implements agent.Sink.
 func (f *Feed) Emit(ev agent.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.calls == nil {
-		f.calls = map[string]toolCall{}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout())
 	defer cancel()
 	switch ev.Type {
@@ -70,37 +58,16 @@ func (f *Feed) Emit(ev agent.Event) {
 			return
 		}
 		f.publish(ev, f.Sender.StartMsg(ev.RunID, body, f.PolicyHash))
-	case agent.EventPlanCreated:
-		na, _ := ev.Data["next_action"].(map[string]any)
-		f.step(ctx, ev, &trace.Step{Type: trace.TypeLLMCall, Name: "analyze", Output: ev.Data, Description: str(na["rationale"])})
-	case agent.EventContractViolation:
-		f.step(ctx, ev, &trace.Step{Type: trace.TypeDecision, Name: "contract_violation", Output: ev.Data,
-			Description: fmt.Sprintf("the %s-phase output broke its contract", ev.Phase)})
-	case agent.EventToolCall:
-		id := stepID(ev, "act")
-		callID := str(ev.Data["call_id"])
-		f.calls[callID] = toolCall{args: ev.Data["arguments"], rationale: str(ev.Data["rationale"]), stepID: str(ev.Data["step_id"]), actStep: id}
-		f.step(ctx, ev, &trace.Step{StepID: id, Type: trace.TypeLLMCall, Name: "act", Description: str(ev.Data["rationale"]),
-			Output: map[string]any{"tool": ev.Data["tool"], "arguments": ev.Data["arguments"]}})
-	case agent.EventToolResult:
-		c := f.calls[str(ev.Data["call_id"])]
-		delete(f.calls, str(ev.Data["call_id"]))
-		id := stepID(ev, "execute")
-		f.lastRun = id
-		f.step(ctx, ev, &trace.Step{StepID: id, Type: trace.TypeToolCall, Name: str(ev.Data["tool"]), Input: c.args,
-			Output: ev.Data["preview"], Description: c.rationale, ParentStepID: c.actStep,
-			Metadata: map[string]any{"ok": ev.Data["ok"], "error_code": ev.Data["error_code"], "duration_ms": ev.Data["duration_ms"],
-				"call_id": ev.Data["call_id"], "plan_step_id": c.stepID}})
-	case agent.EventEvaluationCreated:
-		f.step(ctx, ev, &trace.Step{Type: trace.TypeObservation, Name: "observe", Output: ev.Data, ParentStepID: f.lastRun,
-			Description: str(ev.Data["evidence"])})
 	case agent.EventRunEnd:
 		if f.Hold != nil && f.Hold(ev) {
 			return
 		}
-		f.step(ctx, ev, &trace.Step{Type: trace.TypeDecision, Name: "run_end", Output: ev.Data,
-			Description: fmt.Sprintf("the run ended %v", ev.Data["status"])})
+		f.step(ev, f.steps.Step(ev))
 		f.publish(ev, f.Sender.EndMsg(ev.RunID, nil))
+	default:
+		if s := f.steps.Step(ev); s != nil {
+			f.step(ev, s)
+		}
 	}
 }
 
@@ -111,23 +78,7 @@ func (f *Feed) timeout() time.Duration {
 	return 5 * time.Second
 }
 
-// stepID is unique even when a run's iteration is replayed after a crash.
-func stepID(ev agent.Event, name string) string {
-	return fmt.Sprintf("%d-%s-%s", ev.Iteration, name, ev.ID[:6])
-}
-
-func (f *Feed) step(ctx context.Context, ev agent.Event, s *trace.Step) {
-	if s.StepID == "" {
-		s.StepID = stepID(ev, s.Name)
-	}
-	s.Timestamp = ev.TS.Format(time.RFC3339Nano)
-	if s.Metadata == nil {
-		s.Metadata = map[string]any{}
-	}
-	s.Metadata["iteration"] = ev.Iteration
-	if ev.Phase != "" {
-		s.Metadata["phase"] = ev.Phase
-	}
+func (f *Feed) step(ev agent.Event, s *trace.Step) {
 	body, err := json.Marshal([]*trace.Step{s})
 	if err != nil {
 		f.check(ev, err)
@@ -188,15 +139,3 @@ func (f *Feed) Errors() []string {
 	defer f.mu.Unlock()
 	return append([]string(nil), f.errs...)
 }
-
-func str(v any) string {
-	if s, ok := v.(string); ok {
-		return s
-	}
-	if v == nil {
-		return ""
-	}
-	return fmt.Sprint(v)
-}
-
-var _ stream.Starts = jetstream.KeyValue(nil)

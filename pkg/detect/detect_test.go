@@ -103,3 +103,17 @@ func TestHugeTextIsBounded(t *testing.T) {
 	big := strings.Repeat("a", MaxText) + " dana@example.com"
 	assert.Empty(t, PII(big), "content past MaxText is not read")
 }
+
+func TestDestructiveAndCredentialPaths(t *testing.T) {
+	for _, s := range []string{"rm -rf /", "rm -rf ~ ", "sudo rm -fr /*", "import shutil; shutil.rmtree(p)", "mkfs.ext4 /dev/sda1", "dd if=/dev/zero of=/dev/sda",
+		"chmod -R 777 /", ":(){ :|:& };:", "DROP TABLE users", "git push --force origin main", "git reset --hard HEAD~3", "DELETE FROM users;"} {
+		assert.NotEmpty(t, Destructive(s), s)
+	}
+	for _, s := range []string{"rm -rf build/", "rm file.txt", "SELECT * FROM t", "DELETE FROM users WHERE id = 3", "git push origin main", "drop the subject"} {
+		assert.Empty(t, Destructive(s), s)
+	}
+	for _, s := range []string{"cat ~/.aws/credentials", "/root/.ssh/id_ed25519", "open('/etc/shadow')", "$HOME/.netrc"} {
+		assert.NotEmpty(t, CredentialPaths(s), s)
+	}
+	assert.Empty(t, CredentialPaths("data/sales.csv ~/.bashrc"))
+}

@@ -275,6 +275,18 @@ func timeoutError(name string, limit time.Duration, parent context.Context) *Err
 
 func fail(e *Error) Result { return Result{Err: e} }
 
+// Validate checks a call's arguments against its tool's schema (nil when
+// they fit), so a call can be refused before anyone is asked to approve it.
+func (r *Registry) Validate(name string, args json.RawMessage) *Error {
+	if _, ok := r.tools[name]; !ok {
+		return Errorf(NotFound, "No tool named `%s` is registered.", name).Fix("Available tools: " + strings.Join(r.names, ", ") + ".")
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	return r.validate(name, args)
+}
+
 func (r *Registry) validate(name string, args json.RawMessage) *Error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	if err != nil {
