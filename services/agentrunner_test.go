@@ -57,6 +57,7 @@ rules:
     description: the agent touched the file system
     condition: step.type == 'tool_call' and step.name == 'file_system'
     severity: high
+    action: log  # audited, not stopped: this test is about the audit
 `), 0o644))
 	t.Setenv("TROY_TEST_LLM_KEY", "sk-test-agent")
 	cfgPath := filepath.Join(dir, "agent.yaml")

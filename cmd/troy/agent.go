@@ -23,6 +23,7 @@ import (
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agent"
+	"github.com/troy-audit/troy/pkg/agent/guardrails"
 	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/bus"
@@ -268,9 +269,13 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		if rerr != nil {
 			return codeError{agentNotDone, rerr}
 		}
-		// Your own run: every ${VAR} of your environment and .env.
+		// Your own run: every ${VAR} of your environment and .env, and you
+		// at the terminal decide what needs approval (denied without one).
 		runner.Env = spec.EnvThen(dotEnvLookup())
 		runner.Settings = runner.Env
+		if in, ok := cmd.InOrStdin().(*os.File); ok && term.IsTerminal(int(in.Fd())) {
+			runner.Approver = &guardrails.Terminal{In: in, Out: stderr}
+		}
 		out, err = runner.Execute(base, req, ctl, con)
 	}
 	if err != nil {
@@ -404,6 +409,9 @@ func (c *console) Emit(ev agent.Event) {
 			fmt.Fprint(c.w, " (resumed)")
 		}
 		fmt.Fprintln(c.w)
+		if d["guardrails"] == false {
+			fmt.Fprintln(c.w, "⚠ guardrails are OFF (guardrails: {enabled: false}): no call is screened or needs approval")
+		}
 	case agent.EventPlanCreated:
 		na, _ := d["next_action"].(map[string]any)
 		fmt.Fprintf(c.w, "%s plan: %v for step %v — %s\n", it, na["tool"], na["step_id"], clipLine(fmt.Sprint(na["rationale"]), 160))
@@ -418,6 +426,16 @@ func (c *console) Emit(ev agent.Event) {
 		fmt.Fprintf(c.w, "%s result %s (%vms): %s\n", it, status, d["duration_ms"], clipLine(fmt.Sprint(d["preview"]), 160))
 	case agent.EventEvaluationCreated:
 		fmt.Fprintf(c.w, "%s evaluation: %v, goal %v — %s\n", it, d["outcome"], d["goal_status"], clipLine(fmt.Sprint(d["evidence"]), 160))
+	case "guardrail.blocked":
+		fmt.Fprintf(c.w, "%s blocked %v: %v\n", it, d["tool"], d["reason"])
+	case "approval.requested":
+		fmt.Fprintf(c.w, "%s approval needed: %v call to %v\n", it, d["tier"], d["tool"])
+	case "approval.decided":
+		verdict := "denied"
+		if d["approved"] == true {
+			verdict = "approved"
+		}
+		fmt.Fprintf(c.w, "%s %s by %v: %v\n", it, verdict, d["by"], d["reason"])
 	case agent.EventContractViolation:
 		fmt.Fprintf(c.w, "%s contract violation (%s, attempt %v): %v\n", it, ev.Phase, d["attempt"], d["reason"])
 	case agent.EventBudgetExceeded:

@@ -65,7 +65,7 @@ func writeAgent(t *testing.T, dir, script string) string {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644))
 	cfg := filepath.Join(dir, "agent.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("name: tester\nllm: {provider: scripted, script: script.yaml}\n"+
-		"tools: [file_system, execute_code, submit]\naudit: {enabled: false}\n"), 0o644))
+		"tools: [file_system, execute_code, submit]\naudit: {enabled: false}\nguardrails: {approver: {type: auto, ceiling: DANGER}}\n"), 0o644))
 	return cfg
 }
 

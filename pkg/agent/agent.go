@@ -355,7 +355,8 @@ func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool
 		skills = a.cfg.Skills.Names()
 	}
 	r.emit(EventRunStart, "", map[string]any{"goal": st.Goal, "model": a.cfg.Model.Model(),
-		"tools": a.cfg.Tools.Names(), "skills": orEmpty(skills), "resumed": resumed, "session_id": st.SessionID})
+		"tools": a.cfg.Tools.Names(), "skills": orEmpty(skills), "resumed": resumed, "session_id": st.SessionID,
+		"guardrails": a.cfg.Gate != nil})
 	closeDangling(st)
 	if len(st.Pending) > 0 {
 		st.Transcript = append(st.Transcript, llm.Turn{Role: "user", Text: resumedResults, ToolResults: st.Pending, Iteration: st.Iteration})

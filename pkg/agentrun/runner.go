@@ -23,7 +23,9 @@ import (
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agent"
 	"github.com/troy-audit/troy/pkg/agent/eventsink"
+	"github.com/troy-audit/troy/pkg/agent/guardrails"
 	"github.com/troy-audit/troy/pkg/agent/spec"
+	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/llm"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
@@ -94,6 +96,9 @@ type Runner struct {
 	Providers  *llm.Providers
 	Pricing    *llm.Pricing
 	Log        zerolog.Logger
+	// Approver decides calls whose config names no approver (the CLI's
+	// terminal); nil denies them.
+	Approver guardrails.Approver
 	// Stopping reports that the runner is shutting down (nil: never).
 	Stopping func() bool
 	// Env resolves ${VAR} in configs (nil: none is resolved). A runner that
@@ -215,7 +220,22 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		sinks = append(sinks, s)
 	}
 	sinks = append(sinks, extra)
-	cfg, err := file.Build(spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace, Settings: r.Settings})
+	deps := spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace,
+		Settings: r.Settings, Approver: r.Approver}
+	if hash != "" { // the audit policy also guards the run live
+		e, err := r.Policies.ByHash(ctx, hash)
+		if err != nil {
+			return r.refuse(ctx, req, fmt.Errorf("audit policy %s: %w", hash, err))
+		}
+		deps.Policy, deps.PolicyRef = &guard.Local{Policies: guard.Static{E: e}, Timeout: 1500 * time.Millisecond}, hash
+		deps.Actions = map[string]string{}
+		for _, rule := range e.Policy().Rules {
+			if rule.Action != "" {
+				deps.Actions[rule.RuleID] = rule.Action
+			}
+		}
+	}
+	cfg, err := file.Build(deps)
 	if err != nil {
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}

@@ -73,6 +73,10 @@ type Rule struct {
 	Controls []string `json:"controls,omitempty"`
 	// OnError overrides the policy's on_error for this rule.
 	OnError string `json:"on_error,omitempty" jsonschema:"enum=block,enum=allow"`
+	// Action is what the rule does when it guards a running agent and
+	// would fire on a call: block it, escalate it to a human, or only log
+	// (default: critical and high block, medium escalates, low logs).
+	Action string `json:"action,omitempty" jsonschema:"enum=block,enum=escalate,enum=log"`
 }
 
 // WeightOrDefault is the rule's weight, DefaultWeight when unset.
@@ -211,6 +215,11 @@ func (p *Policy) normalize() []Problem {
 		}
 		if !validOnError(r.OnError) {
 			probs = append(probs, Problem{RuleID: id, Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", r.OnError)})
+		}
+		switch r.Action {
+		case "", "block", "escalate", "log":
+		default:
+			probs = append(probs, Problem{RuleID: id, Field: "action", Message: fmt.Sprintf("%q is not block, escalate or log", r.Action)})
 		}
 		if r.Weight == nil {
 			w := DefaultWeight

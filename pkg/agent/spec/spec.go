@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,8 +24,10 @@ import (
 
 	"github.com/troy-audit/troy/pkg/agent"
 	"github.com/troy-audit/troy/pkg/agent/datatool"
+	"github.com/troy-audit/troy/pkg/agent/guardrails"
 	"github.com/troy-audit/troy/pkg/agent/skills"
 	"github.com/troy-audit/troy/pkg/agent/tools"
+	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/llm"
 )
 
@@ -41,6 +44,8 @@ type File struct {
 	Compaction         *Compaction   `json:"compaction,omitempty"`
 	Audit              Audit         `json:"audit,omitempty"`
 	Observability      Observability `json:"observability,omitempty"`
+	Guardrails         *Guardrails   `json:"guardrails,omitempty"`
+	Governance         Governance    `json:"governance,omitempty"`
 	ExtraInstructions  string        `json:"extra_instructions,omitempty"`
 	MaxTokensPerCall   int           `json:"max_tokens_per_call,omitempty" jsonschema:"minimum=1"`
 }
@@ -92,6 +97,40 @@ type Observability struct {
 	EventsFile string `json:"events_file,omitempty" jsonschema:"description=append every event as a JSON line to this file"`
 	Console    *bool  `json:"console,omitempty" jsonschema:"description=print one line per event on stderr (default true)"`
 	Sinks      []Sink `json:"sinks,omitempty"`
+}
+
+// Guardrails screen every tool call before it runs and every result
+// before the model reads it. On unless enabled: false.
+type Guardrails struct {
+	Enabled             *bool             `json:"enabled,omitempty"`
+	ToolTiers           map[string]string `json:"tool_tiers,omitempty" jsonschema:"description=raise a tool's tier: SAFE, WARNING or DANGER"`
+	Downgrade           map[string]string `json:"downgrade,omitempty" jsonschema:"description=set a tool's tier whatever else says (findings still raise it)"`
+	SensitiveOperations []string          `json:"sensitive_operations,omitempty" jsonschema:"description=tool or tool:operation, always DANGER"`
+	ApprovalThreshold   string            `json:"approval_threshold,omitempty" jsonschema:"enum=WARNING,enum=DANGER,description=from this tier up a call needs approval (default DANGER)"`
+	ScanArguments       *bool             `json:"scan_arguments,omitempty"`
+	ScanResults         *bool             `json:"scan_results,omitempty"`
+	UntrustedResults    string            `json:"untrusted_results,omitempty" jsonschema:"enum=annotate,enum=redact,enum=block,description=what the model gets of a result a scanner flagged (default annotate)"`
+	ProtectedPaths      []string          `json:"protected_paths,omitempty" jsonschema:"description=more framework-owned paths (skills, this config and event files always are)"`
+	Approver            *Approver         `json:"approver,omitempty"`
+	// LivePolicy uses the audit policy as a guard before each call
+	// (default true).
+	LivePolicy    *bool             `json:"live_policy,omitempty"`
+	PolicyActions map[string]string `json:"policy_actions,omitempty" jsonschema:"description=rule id: block, escalate or log (overrides the rule's action)"`
+}
+
+// Approver decides the calls at or above the approval threshold.
+type Approver struct {
+	Type          string            `json:"type" jsonschema:"enum=auto,enum=deny,enum=terminal,enum=webhook"`
+	Ceiling       string            `json:"ceiling,omitempty" jsonschema:"enum=SAFE,enum=WARNING,enum=DANGER,description=auto: approve up to this tier"`
+	URL           string            `json:"url,omitempty" jsonschema:"pattern=^https?://"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	TimeoutS      float64           `json:"timeout_s,omitempty" jsonschema:"exclusiveMinimum=0"`
+	PollIntervalS float64           `json:"poll_interval_s,omitempty" jsonschema:"exclusiveMinimum=0"`
+}
+
+// Governance limits what a configuration may use.
+type Governance struct {
+	AllowedTools []string `json:"allowed_tools,omitempty" jsonschema:"description=only these tools (submit is always allowed)"`
 }
 
 // Sink sends events to an endpoint as they happen.
@@ -434,6 +473,16 @@ type Deps struct {
 	// Settings gives OPENAI_API_KEY and OPENAI_BASE_URL when the config
 	// leaves them out (nil: the environment).
 	Settings Resolver
+	// Approver decides when the config names none (the terminal on a
+	// TTY); nil denies.
+	Approver guardrails.Approver
+	// Policy is the live guard (the run's audit policy), PolicyRef the
+	// policy it resolves, Actions each rule's action from the policy.
+	Policy    guard.Guard
+	PolicyRef string
+	Actions   map[string]string
+	// Protected are more framework-owned paths (the config file).
+	Protected []string
 }
 
 // Build assembles an agent.Config from the file.
@@ -492,6 +541,17 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 	if contains(names, "load_skill") && lib == nil {
 		return agent.Config{}, errors.New("tools: load_skill needs skills: {dirs: [...]}")
 	}
+	if allowed := f.Governance.AllowedTools; len(allowed) > 0 {
+		var outside []string
+		for _, n := range names {
+			if n != "submit" && !contains(allowed, n) {
+				outside = append(outside, n)
+			}
+		}
+		if len(outside) > 0 {
+			return agent.Config{}, fmt.Errorf("governance.allowed_tools does not allow %s: remove them from tools, or allow them", strings.Join(outside, ", "))
+		}
+	}
 	var ts []tools.Tool
 	for _, n := range names {
 		ts = append(ts, builtins[n]())
@@ -519,6 +579,11 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 			MaxWall: time.Duration(f.Budget.MaxWallSeconds * float64(time.Second)), MaxConsecutiveFailures: f.Budget.MaxConsecutiveFailures}}
 	if lib != nil {
 		cfg.Skills = lib
+	}
+	if gate, err := f.gate(d, ws, lib); err != nil {
+		return agent.Config{}, err
+	} else if gate != nil {
+		cfg.Gate = gate
 	}
 	if c := f.Compaction; c != nil {
 		cfg.Compaction = agent.Compaction{ContextWindowTokens: c.ContextWindowTokens, TriggerRatio: c.TriggerRatio,
@@ -602,3 +667,115 @@ func Portable(path string) (json.RawMessage, error) {
 	}
 	return json.Marshal(doc)
 }
+
+// GuardrailsOn reports whether calls are screened.
+func (f *File) GuardrailsOn() bool {
+	return f.Guardrails == nil || f.Guardrails.Enabled == nil || *f.Guardrails.Enabled
+}
+
+// gate builds the guardrails (nil when they are off).
+func (f *File) gate(d Deps, workspace string, lib *skills.Library) (*guardrails.Gateway, error) {
+	if !f.GuardrailsOn() {
+		return nil, nil
+	}
+	g := f.Guardrails
+	if g == nil {
+		g = &Guardrails{}
+	}
+	tiers := func(key string, m map[string]string) (map[string]guardrails.Tier, error) {
+		out := map[string]guardrails.Tier{}
+		for tool, v := range m {
+			t, err := guardrails.ParseTier(v)
+			if err != nil {
+				return nil, fmt.Errorf("guardrails.%s.%s: %w", key, tool, err)
+			}
+			out[tool] = t
+		}
+		return out, nil
+	}
+	cfg := guardrails.Config{SensitiveOperations: g.SensitiveOperations, UntrustedResults: g.UntrustedResults,
+		SkipArguments: g.ScanArguments != nil && !*g.ScanArguments, SkipResults: g.ScanResults != nil && !*g.ScanResults}
+	var err error
+	if cfg.ToolTiers, err = tiers("tool_tiers", g.ToolTiers); err != nil {
+		return nil, err
+	}
+	if cfg.Downgrade, err = tiers("downgrade", g.Downgrade); err != nil {
+		return nil, err
+	}
+	if g.ApprovalThreshold != "" {
+		if cfg.ApprovalThreshold, err = guardrails.ParseTier(g.ApprovalThreshold); err != nil {
+			return nil, fmt.Errorf("guardrails.approval_threshold: %w", err)
+		}
+	}
+	// What governs the run is framework-owned: skills, this config, files
+	// troy writes events to, and what the caller adds (the ledger).
+	if f.Skills != nil {
+		cfg.Protected = append(cfg.Protected, f.Skills.Dirs...)
+	}
+	if f.Observability.EventsFile != "" {
+		cfg.Protected = append(cfg.Protected, f.Observability.EventsFile)
+	}
+	cfg.Protected = append(cfg.Protected, d.Protected...)
+	for _, p := range g.ProtectedPaths {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(workspace, p)
+		}
+		cfg.Protected = append(cfg.Protected, p)
+	}
+	if d.Policy != nil && (g.LivePolicy == nil || *g.LivePolicy) {
+		cfg.Policy, cfg.PolicyRef = d.Policy, d.PolicyRef
+		cfg.PolicyActions = map[string]string{}
+		for k, v := range d.Actions {
+			cfg.PolicyActions[k] = v
+		}
+		for k, v := range g.PolicyActions {
+			if v != guardrails.ActionBlock && v != guardrails.ActionEscalate && v != guardrails.ActionLog {
+				return nil, fmt.Errorf("guardrails.policy_actions.%s: %q is not block, escalate or log", k, v)
+			}
+			cfg.PolicyActions[k] = v
+		}
+	}
+	approver, err := g.approver(d)
+	if err != nil {
+		return nil, err
+	}
+	return guardrails.New(cfg, approver, workspace), nil
+}
+
+func (g *Guardrails) approver(d Deps) (guardrails.Approver, error) {
+	a := g.Approver
+	if a == nil {
+		return d.Approver, nil // nil: deny
+	}
+	switch a.Type {
+	case "auto":
+		ceiling := guardrails.Warning
+		if a.Ceiling != "" {
+			t, err := guardrails.ParseTier(a.Ceiling)
+			if err != nil {
+				return nil, fmt.Errorf("guardrails.approver.ceiling: %w", err)
+			}
+			ceiling = t
+		}
+		return guardrails.AllowUpTo{Ceiling: ceiling}, nil
+	case "deny":
+		return guardrails.DenyAll{}, nil
+	case "terminal":
+		if d.Approver == nil {
+			return guardrails.DenyAll{}, nil // no terminal here: deny
+		}
+		return d.Approver, nil
+	case "webhook":
+		if a.URL == "" {
+			return nil, errors.New("guardrails.approver.url: the webhook approver needs a url")
+		}
+		h := http.Header{}
+		for k, v := range a.Headers {
+			h.Set(k, v)
+		}
+		return &guardrails.Webhook{URL: a.URL, Header: h, Timeout: seconds(a.TimeoutS), PollInterval: seconds(a.PollIntervalS)}, nil
+	}
+	return nil, fmt.Errorf("guardrails.approver.type: %q is not auto, deny, terminal or webhook", a.Type)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

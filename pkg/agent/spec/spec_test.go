@@ -163,3 +163,38 @@ func TestDuplicateKeysAndRestrictedVariables(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "fine", f.LLM.Model)
 }
+
+func TestGuardrailsAndGovernanceConfig(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("responses: [{text: hi}]\n"), 0o644))
+	load := func(extra string) (*spec.File, error) {
+		p := filepath.Join(dir, "agent.yaml")
+		require.NoError(t, os.WriteFile(p, []byte("name: x\nllm: {provider: scripted, script: s.yaml}\n"+extra), 0o644))
+		return spec.Load(p, nil)
+	}
+	f, err := load("tools: [file_system, execute_code, submit]\ngovernance: {allowed_tools: [file_system]}\n")
+	require.NoError(t, err)
+	_, err = f.Build(spec.Deps{Workspace: dir})
+	assert.ErrorContains(t, err, "governance.allowed_tools does not allow execute_code")
+
+	f, err = load("guardrails: {tool_tiers: {file_system: RISKY}}\n")
+	require.NoError(t, err)
+	_, err = f.Build(spec.Deps{Workspace: dir})
+	assert.ErrorContains(t, err, `guardrails.tool_tiers.file_system: "RISKY" is not SAFE, WARNING or DANGER`)
+
+	_, err = load("guardrails: {approver: {type: psychic}}\n")
+	assert.ErrorContains(t, err, "guardrails.approver.type")
+
+	f, err = load("guardrails: {enabled: false}\n")
+	require.NoError(t, err)
+	assert.False(t, f.GuardrailsOn())
+	cfg, err := f.Build(spec.Deps{Workspace: dir})
+	require.NoError(t, err)
+	assert.Nil(t, cfg.Gate)
+
+	f, err = load("guardrails: {approval_threshold: WARNING, approver: {type: auto, ceiling: WARNING}}\n")
+	require.NoError(t, err)
+	cfg, err = f.Build(spec.Deps{Workspace: dir})
+	require.NoError(t, err)
+	assert.NotNil(t, cfg.Gate, "guardrails are on unless turned off")
+}
