@@ -91,6 +91,8 @@ type Config struct {
 	Compaction         Compaction
 	// Gate screens calls and results (pkg/agent/guardrails); nil: none.
 	Gate Gate
+	// Breaker stops runs that spend too much or go nowhere.
+	Breaker Breaker
 	// CheckpointTimeout bounds a session save.
 	CheckpointTimeout time.Duration
 	// Origin is kept with a new session: what built the run (the runner's
@@ -341,6 +343,7 @@ func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool
 	}
 	defer root.Close()
 	r := &run{a: a, st: st, ctl: ctl, started: time.Now()}
+	st.Breaker.reset(st.RunID) // a new run counts afresh; the same run goes on
 	if c := st.Counters; c.RunID == st.RunID && !c.Started.IsZero() {
 		// the same run going on after its runner died: its budgets go on too
 		r.started, r.iterations, r.toolCalls, r.usage = c.Started, c.Iterations, c.ToolCalls, c.Usage
@@ -544,6 +547,9 @@ func (r *run) iterate(ctx context.Context) error {
 	it.EndedAt = time.Now().UTC()
 	r.emit(EventIterationEnd, "", map[string]any{"duration_s": it.EndedAt.Sub(it.StartedAt).Seconds()})
 	r.save(ctx)
+	if err := r.afterObserve(plan, eval); err != nil {
+		return err
+	}
 	if n := trailingFailures(r.st.Iterations); n >= r.a.cfg.Budget.MaxConsecutiveFailures {
 		return &stop{status: Blocked, answer: fmt.Sprintf("Halted after %d consecutive failed iterations. Last diagnosis: %s", n, eval.Evidence),
 			sub: &tools.Submission{Status: string(Blocked), Evidence: []string{}, UnmetRequirements: []string{eval.NextStep}}}
@@ -598,6 +604,9 @@ func (r *run) call(ctx context.Context, req llm.Request) (llm.Completion, error)
 	cfg := r.a.cfg
 	phase := req.Phase
 	model := cfg.Model.Model()
+	if err := r.beforeCall(req); err != nil {
+		return llm.Completion{}, err
+	}
 	r.emit(EventLLMRequest, phase, map[string]any{"model": model})
 	start := time.Now()
 	c, err := cfg.Model.Complete(ctx, req)
@@ -624,6 +633,13 @@ func (r *run) call(ctx context.Context, req llm.Request) (llm.Completion, error)
 	r.emit(EventLLMResponse, phase, map[string]any{"model": model, "latency_ms": latency, "status": "ok",
 		"input_tokens": c.Usage.InputTokens, "output_tokens": c.Usage.OutputTokens})
 	r.emit(EventCostRecorded, phase, map[string]any{"model": model, "call_usd": round6(c.CostUSD), "run_usd": round6(r.st.CostUSD), "priced": c.Priced})
+	if r.st.CostByPhase == nil {
+		r.st.CostByPhase = map[string]float64{}
+	}
+	r.st.CostByPhase[phase] += c.CostUSD
+	if err := r.afterCall(model, c.Priced); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -721,6 +737,10 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 		r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: "Not executed: the run's tool-call budget is spent.", IsError: true}}
 		r.emit(EventBudgetExceeded, PhaseExecute, map[string]any{"which": which})
 		return &stop{status: Exhausted, answer: fmt.Sprintf("Ran out of budget (%s) before completing the goal.", which)}
+	}
+	if err := r.beforeTool(call.Name, call.Arguments); err != nil {
+		r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: "Not executed: the circuit breaker stopped the run.", IsError: true}}
+		return err
 	}
 	na := plan.NextAction
 	r.emit(EventToolCall, PhaseExecute, map[string]any{"tool": call.Name, "call_id": call.ID, "arguments": rawJSON(call.Arguments),

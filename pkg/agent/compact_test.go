@@ -59,7 +59,8 @@ func TestCompactionKeepsRecentIterationsAndPairs(t *testing.T) {
 	rec := &agent.Recorder{}
 	store := agent.NewMemoryStore()
 	a, err := agent.New(agent.Config{Model: m, Tools: reg, Workspace: t.TempDir(), Sink: rec, Store: store,
-		Compaction: agent.Compaction{ContextWindowTokens: 4000, TriggerRatio: 0.7, KeepIterations: 3}})
+		Compaction: agent.Compaction{ContextWindowTokens: 4000, TriggerRatio: 0.7, KeepIterations: 3},
+		Breaker:    agent.Breaker{MaxStalledIterations: 100}}) // it takes notes on one step on purpose
 	require.NoError(t, err)
 	res, err := a.Run(context.Background(), "take notes", nil)
 	require.NoError(t, err)
@@ -108,7 +109,8 @@ func TestCompactionRecursesOverChunks(t *testing.T) {
 	reg, _ := tools.NewRegistry(tools.Scratchpad{}, tools.Submit{})
 	rec := &agent.Recorder{}
 	a, err := agent.New(agent.Config{Model: m, Tools: reg, Workspace: t.TempDir(), Sink: rec,
-		Compaction: agent.Compaction{ContextWindowTokens: 4000, KeepIterations: 2, ChunkTokens: 400}})
+		Compaction: agent.Compaction{ContextWindowTokens: 4000, KeepIterations: 2, ChunkTokens: 400},
+		Breaker:    agent.Breaker{MaxStalledIterations: 100}})
 	require.NoError(t, err)
 	res, err := a.Run(context.Background(), "take notes", nil)
 	require.NoError(t, err)

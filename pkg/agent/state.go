@@ -87,6 +87,8 @@ type State struct {
 	Usage             llm.Usage            `json:"usage"`
 	UsageByPhase      map[string]llm.Usage `json:"usage_by_phase"`
 	CostUSD           float64              `json:"cost_usd"`
+	CostByPhase       map[string]float64   `json:"cost_by_phase,omitempty"`
+	Breaker           BreakerState         `json:"breaker"`
 	// Pending are results of calls executed but not yet shown to the model
 	// (the run stopped between EXECUTE and OBSERVE); a resume delivers them.
 	Pending     []llm.ToolResult  `json:"pending,omitempty"`

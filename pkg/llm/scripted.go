@@ -199,6 +199,7 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (Completion, error
 		}
 		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: id, Name: c.Name, Arguments: args})
 	}
+	out.Priced = true // a script costs nothing, and that is its price
 	if s.Pricing != nil {
 		out.CostUSD, out.Priced = s.Pricing.Price(s.Model(), out.Usage)
 	}

@@ -44,6 +44,8 @@ type File struct {
 	Compaction         *Compaction   `json:"compaction,omitempty"`
 	Audit              Audit         `json:"audit,omitempty"`
 	Observability      Observability `json:"observability,omitempty"`
+	Cost               Cost          `json:"cost,omitempty"`
+	CircuitBreaker     Breaker       `json:"circuit_breaker,omitempty"`
 	Guardrails         *Guardrails   `json:"guardrails,omitempty"`
 	Governance         Governance    `json:"governance,omitempty"`
 	ExtraInstructions  string        `json:"extra_instructions,omitempty"`
@@ -97,6 +99,19 @@ type Observability struct {
 	EventsFile string `json:"events_file,omitempty" jsonschema:"description=append every event as a JSON line to this file"`
 	Console    *bool  `json:"console,omitempty" jsonschema:"description=print one line per event on stderr (default true)"`
 	Sinks      []Sink `json:"sinks,omitempty"`
+}
+
+// Cost prices the run's model calls and bounds its spend.
+type Cost struct {
+	MaxUSD      float64              `json:"max_usd,omitempty" jsonschema:"exclusiveMinimum=0,description=stop the run (exhausted) once it has spent this much"`
+	WarnAtRatio float64              `json:"warn_at_ratio,omitempty" jsonschema:"exclusiveMinimum=0,exclusiveMaximum=1,description=warn once at this share of max_usd (default 0.75)"`
+	Prices      map[string]llm.Price `json:"prices,omitempty" jsonschema:"description=USD per million tokens by model name (longest prefix matches); over the built-in rate card"`
+}
+
+// Breaker stops runs that go nowhere.
+type Breaker struct {
+	MaxIdenticalToolCalls int `json:"max_identical_tool_calls,omitempty" jsonschema:"minimum=1,description=the same call (tool and arguments) this many times stops the run, blocked (default 4; submit exempt)"`
+	MaxStalledIterations  int `json:"max_stalled_iterations,omitempty" jsonschema:"minimum=1,description=this many iterations repeating their step without completing one stop the run, blocked (default 4)"`
 }
 
 // Guardrails screen every tool call before it runs and every result
@@ -491,9 +506,24 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 	if providers == nil {
 		providers = llm.DefaultProviders()
 	}
+	pricing := d.Pricing
+	if len(f.Cost.Prices) > 0 {
+		prices := map[string]llm.Price{}
+		base := llm.DefaultPrices
+		if d.Pricing != nil {
+			base = d.Pricing.Prices
+		}
+		for k, v := range base {
+			prices[k] = v
+		}
+		for k, v := range f.Cost.Prices {
+			prices[k] = v
+		}
+		pricing = &llm.Pricing{Prices: prices}
+	}
 	pc := llm.ProviderConfig{Provider: f.LLM.Provider, Model: f.LLM.Model, BaseURL: f.LLM.BaseURL, APIKey: f.LLM.APIKey,
-		Script: f.LLM.Script, Pricing: d.Pricing,
-		Client: llm.Config{Timeout: time.Duration(f.LLM.TimeoutS * float64(time.Second)), MaxRetries: f.LLM.MaxRetries, Pricing: d.Pricing}}
+		Script: f.LLM.Script, Pricing: pricing,
+		Client: llm.Config{Timeout: time.Duration(f.LLM.TimeoutS * float64(time.Second)), MaxRetries: f.LLM.MaxRetries, Pricing: pricing}}
 	if strings.EqualFold(pc.Provider, "openai") && pc.APIKey == "" {
 		// The explainer's settings, when the config leaves the key out. The
 		// key only goes where those settings say (OPENAI_BASE_URL, or
@@ -584,6 +614,13 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 		return agent.Config{}, err
 	} else if gate != nil {
 		cfg.Gate = gate
+	}
+	cfg.Breaker = agent.Breaker{MaxUSD: f.Cost.MaxUSD, WarnAtRatio: f.Cost.WarnAtRatio,
+		MaxIdenticalToolCalls: f.CircuitBreaker.MaxIdenticalToolCalls, MaxStalledIterations: f.CircuitBreaker.MaxStalledIterations}
+	if pricing != nil {
+		if p, ok := pricing.Price(model.Model(), llm.Usage{InputTokens: 1_000_000}); ok {
+			cfg.Breaker.InputPricePerToken = p / 1e6
+		}
 	}
 	if c := f.Compaction; c != nil {
 		cfg.Compaction = agent.Compaction{ContextWindowTokens: c.ContextWindowTokens, TriggerRatio: c.TriggerRatio,
