@@ -32,10 +32,11 @@ const (
 
 // KV buckets.
 const (
-	BucketJoin          = "troy_join"
-	BucketPolicies      = "troy_policies"
-	BucketExplanations  = "troy_explanations"
-	BucketStreams       = "troy_streams"
-	BucketSessions      = "troy_sessions"
-	BucketAgentSessions = "troy_agent_sessions"
+	BucketJoin           = "troy_join"
+	BucketPolicies       = "troy_policies"
+	BucketExplanations   = "troy_explanations"
+	BucketStreams        = "troy_streams"
+	BucketSessions       = "troy_sessions"
+	BucketAgentSessions  = "troy_agent_sessions"
+	BucketAgentApprovals = "troy_agent_approvals"
 )

@@ -122,7 +122,9 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 			}
 			// Build once here, so every config problem is a usage error
 			// before anything is queued.
-			probe, err := file.Build(spec.Deps{Workspace: ws, Settings: spec.EnvThen(lookup)})
+			// (the runner gives the real approvers; these only let the check pass)
+			probe, err := file.Build(spec.Deps{Workspace: ws, Settings: spec.EnvThen(lookup),
+				NATSApprover: func(time.Duration) guardrails.Approver { return guardrails.DenyAll{} }})
 			if err != nil {
 				return codeError{agentUsage, err}
 			}
@@ -429,7 +431,7 @@ func (c *console) Emit(ev agent.Event) {
 	case "guardrail.blocked":
 		fmt.Fprintf(c.w, "%s blocked %v: %v\n", it, d["tool"], d["reason"])
 	case "approval.requested":
-		fmt.Fprintf(c.w, "%s approval needed: %v call to %v\n", it, d["tier"], d["tool"])
+		fmt.Fprintf(c.w, "%s approval needed: %v call to %v (id %v; with a nats approver: troy approvals approve|deny %v)\n", it, d["tier"], d["tool"], d["approval_id"], d["approval_id"])
 	case "approval.decided":
 		verdict := "denied"
 		if d["approved"] == true {

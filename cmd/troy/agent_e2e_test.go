@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,4 +294,71 @@ func llmPlan(step, tool string) string {
 		"steps":       []map[string]any{{"id": "s1", "description": "write"}, {"id": "s2", "description": "answer"}},
 		"next_action": map[string]any{"step_id": step, "tool": tool, "rationale": "because " + step, "success_criteria": "it is done"}})
 	return "<plan>" + string(b) + "</plan>"
+}
+
+// A DANGER call waits on the bus for a person: approved from another
+// process with troy approvals, it runs; denied over HTTP, it does not.
+func TestAgentApprovalOverNATS(t *testing.T) {
+	dir := t.TempDir()
+	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
+	serve.Dir = dir
+	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
+	out, err := serve.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() })
+	natsURL, httpURL := readServeBanner(t, out, true)
+
+	script := "responses: [" + plan("s1", "execute_code") + `, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "echo ran > ran.txt"}}]}, ` +
+		`{"text": "<evaluation>{\"outcome\": \"success\", \"evidence\": \"the command ran or was refused\", \"completed_step_ids\": [\"s1\"], \"goal_status\": \"in_progress\", \"next_step\": \"answer\"}</evaluation>"}, ` +
+		plan("s2", "submit") + ", " + submitComplete + "]\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644))
+	cfg := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("name: tester\nllm: {provider: scripted, script: script.yaml}\n"+
+		"tools: [execute_code, submit]\naudit: {enabled: false}\nguardrails: {approver: {type: nats, timeout_s: 60}}\n"), 0o644))
+
+	decide := func(approve bool) (code int, stdout string) {
+		cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "run the command", "--nats-url", natsURL)
+		var so, se strings.Builder
+		cmd.Stdout, cmd.Stderr = &so, &se
+		require.NoError(t, cmd.Start())
+		var id string
+		require.Eventually(t, func() bool {
+			r := troy(t, dir, "approvals", "list", "--json", "--nats-url", natsURL)
+			for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+				var a map[string]any
+				if json.Unmarshal([]byte(line), &a) == nil && a["status"] == "pending" {
+					id = a["id"].(string)
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 200*time.Millisecond, "the call waits for a person: %s", se.String())
+		if approve {
+			r := troy(t, dir, "approvals", "approve", id, "--by", "ann", "--nats-url", natsURL)
+			require.Equal(t, 0, r.code, r.stderr)
+			assert.Contains(t, r.stdout, "approved by ann")
+		} else {
+			resp, err := http.Post(httpURL+"/v1/approvals/"+id, "application/json", strings.NewReader(`{"approved": false, "reason": "not today", "by": "bob"}`))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+		}
+		err := cmd.Wait()
+		code = 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		assert.Contains(t, se.String(), "approval needed: DANGER call to execute_code")
+		return code, so.String()
+	}
+	code, stdout := decide(true)
+	assert.Equal(t, 0, code, stdout)
+	assert.FileExists(t, filepath.Join(dir, "ran.txt"))
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "ran.txt")))
+	code, _ = decide(false)
+	assert.Equal(t, 0, code, "the scripted model submits complete either way")
+	assert.NoFileExists(t, filepath.Join(dir, "ran.txt"), "a denied call never runs")
 }

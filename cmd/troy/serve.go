@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/bus"
 
 	"github.com/troy-audit/troy/pkg/httpapi"
@@ -216,6 +217,9 @@ func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig) http.Ha
 	mux.Handle("POST /v1/traces/{trace_id}/end", api.stream.End())
 	if st.guard != nil {
 		mux.Handle("POST /v1/guard/check", httpapi.Guard(st.guard))
+	}
+	if a, err := agentrun.OpenApprovals(context.Background(), st.js); err == nil {
+		mux.Handle("POST /v1/approvals/{id}", approvalHandler(a))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

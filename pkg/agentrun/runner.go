@@ -92,6 +92,7 @@ type Runner struct {
 	Sessions   *Sessions
 	Policies   *policystore.Store
 	Streams    jetstream.KeyValue // troy_streams: started traces
+	Approvals  *Approvals
 	Partitions int
 	Providers  *llm.Providers
 	Pricing    *llm.Pricing
@@ -128,7 +129,11 @@ func New(ctx context.Context, js jetstream.JetStream, partitions int, log zerolo
 	if err != nil {
 		return nil, fmt.Errorf("agent runner: bucket %s: %w", pipelines.BucketStreams, err)
 	}
-	return &Runner{JS: js, Sessions: sessions, Policies: policies, Streams: streams, Partitions: partitions,
+	approvals, err := OpenApprovals(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{JS: js, Sessions: sessions, Policies: policies, Streams: streams, Approvals: approvals, Partitions: partitions,
 		Providers: llm.DefaultProviders(), Pricing: &llm.Pricing{Prices: llm.DefaultPrices}, Log: log}, nil
 }
 
@@ -221,7 +226,8 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	}
 	sinks = append(sinks, extra)
 	deps := spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace,
-		Settings: r.Settings, Approver: r.Approver}
+		Settings: r.Settings, Approver: r.Approver,
+		NATSApprover: func(d time.Duration) guardrails.Approver { return r.Approvals.WithTimeout(d) }}
 	if hash != "" { // the audit policy also guards the run live
 		e, err := r.Policies.ByHash(ctx, hash)
 		if err != nil {

@@ -168,9 +168,9 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	if d.Tier < g.cfg.ApprovalThreshold {
 		return d
 	}
-	req := ApprovalRequest{Tool: c.Tool, Arguments: args, Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
+	req := ApprovalRequest{ID: agent.NewID(), Tool: c.Tool, Arguments: args, Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
 		Iteration: c.Iteration, Goal: c.Goal, Rationale: c.Rationale, Agent: c.Agent}
-	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String()})
+	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID})
 	start := time.Now()
 	ans, err := g.approver.Approve(ctx, req)
 	d.WaitMS = time.Since(start).Milliseconds()

@@ -135,11 +135,11 @@ type Guardrails struct {
 
 // Approver decides the calls at or above the approval threshold.
 type Approver struct {
-	Type          string            `json:"type" jsonschema:"enum=auto,enum=deny,enum=terminal,enum=webhook"`
+	Type          string            `json:"type" jsonschema:"enum=auto,enum=deny,enum=terminal,enum=webhook,enum=nats,description=nats: wait on the bus for troy approvals approve|deny (or POST /v1/approvals/{id})"`
 	Ceiling       string            `json:"ceiling,omitempty" jsonschema:"enum=SAFE,enum=WARNING,enum=DANGER,description=auto: approve up to this tier"`
 	URL           string            `json:"url,omitempty" jsonschema:"pattern=^https?://"`
 	Headers       map[string]string `json:"headers,omitempty"`
-	TimeoutS      float64           `json:"timeout_s,omitempty" jsonschema:"exclusiveMinimum=0"`
+	TimeoutS      float64           `json:"timeout_s,omitempty" jsonschema:"exclusiveMinimum=0,description=webhook and nats: no decision in time denies (default 300)"`
 	PollIntervalS float64           `json:"poll_interval_s,omitempty" jsonschema:"exclusiveMinimum=0"`
 }
 
@@ -491,6 +491,9 @@ type Deps struct {
 	// Approver decides when the config names none (the terminal on a
 	// TTY); nil denies.
 	Approver guardrails.Approver
+	// NATSApprover asks people over the bus (approver type nats), with the
+	// config's timeout; nil where there is no bus.
+	NATSApprover func(timeout time.Duration) guardrails.Approver
 	// Policy is the live guard (the run's audit policy), PolicyRef the
 	// policy it resolves, Actions each rule's action from the policy.
 	Policy    guard.Guard
@@ -802,6 +805,11 @@ func (g *Guardrails) approver(d Deps) (guardrails.Approver, error) {
 			return guardrails.DenyAll{}, nil // no terminal here: deny
 		}
 		return d.Approver, nil
+	case "nats":
+		if d.NATSApprover == nil {
+			return nil, errors.New("guardrails.approver: type nats needs troy's bus (troy agent run or an agent-runner)")
+		}
+		return d.NATSApprover(seconds(a.TimeoutS)), nil
 	case "webhook":
 		if a.URL == "" {
 			return nil, errors.New("guardrails.approver.url: the webhook approver needs a url")
@@ -812,7 +820,7 @@ func (g *Guardrails) approver(d Deps) (guardrails.Approver, error) {
 		}
 		return &guardrails.Webhook{URL: a.URL, Header: h, Timeout: seconds(a.TimeoutS), PollInterval: seconds(a.PollIntervalS)}, nil
 	}
-	return nil, fmt.Errorf("guardrails.approver.type: %q is not auto, deny, terminal or webhook", a.Type)
+	return nil, fmt.Errorf("guardrails.approver.type: %q is not auto, deny, terminal, webhook or nats", a.Type)
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
