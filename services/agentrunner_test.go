@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -76,9 +78,12 @@ observability: {events_file: events.jsonl}
 	return srv, deps, req, ws
 }
 
-func runnerService(t *testing.T, deps bus.Deps, nc *nats.Conn) *agentrunner.Service {
+func runnerService(t *testing.T, deps bus.Deps, nc *nats.Conn, reg ...*prometheus.Registry) *agentrunner.Service {
 	t.Helper()
 	cfg := agentrunner.DefaultConfig()
+	if len(reg) > 0 {
+		cfg.Registerer = reg[0]
+	}
 	cfg.Env = spec.Only([]string{"TROY_TEST_LLM_KEY"}, spec.EnvThen(nil)) // what its operator lets configs read
 	s, err := agentrunner.New(context.Background(), deps, nc, cfg)
 	require.NoError(t, err)
@@ -119,7 +124,8 @@ func TestAgentRunIsAuditedWhileItRuns(t *testing.T) {
 		}
 	})
 	srv, deps, req, ws := agentSetup(t, llm.BaseURL())
-	start(t, runnerService(t, deps, srv.NC))
+	reg := prometheus.NewRegistry()
+	start(t, runnerService(t, deps, srv.NC, reg))
 	var once sync.Once
 	var before int32
 	stop, err := agentrun.WatchViolations(context.Background(), srv.JS, req.RunID, func(f ocsf.Finding) {
@@ -156,6 +162,10 @@ func TestAgentRunIsAuditedWhileItRuns(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, agent.EventRunStart, evs[0].Type)
 	assert.Equal(t, agent.EventRunEnd, evs[len(evs)-1].Type)
+	n, err := testutil.GatherAndCount(reg, "troy_agent_runs_total", "troy_agent_tool_calls_total", "troy_agent_llm_calls_total")
+	require.NoError(t, err)
+	assert.Positive(t, n, "the runner's metrics count the run")
+	assert.Equal(t, 1.0, counterValue(t, reg, "troy_agent_runs_total", "complete"))
 	lines, err := os.ReadFile(filepath.Join(filepath.Dir(ws), "events.jsonl"))
 	require.NoError(t, err)
 	assert.Equal(t, len(evs), bytes.Count(lines, []byte("\n")), "the events file has every event the bus has")
@@ -224,4 +234,23 @@ func TestAgentRunnerStoppedMidRunIsResumedByAnother(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []bool{false, true}, starts)
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

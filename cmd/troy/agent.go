@@ -40,7 +40,7 @@ const (
 
 func newAgentCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "agent", Short: "Run governed agents: plan, act, execute, observe, audited while they run"}
-	cmd.AddCommand(newAgentRunCmd(g), newAgentResumeCmd(g), newAgentListCmd(g), newAgentShowCmd(g))
+	cmd.AddCommand(newAgentRunCmd(g), newAgentResumeCmd(g), newAgentListCmd(g), newAgentShowCmd(g), newAgentStatsCmd(g))
 	// Usage mistakes exit 2, like config errors.
 	for _, c := range cmd.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return codeError{agentUsage, err} })
@@ -568,4 +568,44 @@ func withBus(cmd *cobra.Command, g *globalFlags, fn func(ctx context.Context, st
 		return codeError{agentNotDone, err}
 	}
 	return nil
+}
+
+func newAgentStatsCmd(g *globalFlags) *cobra.Command {
+	var since time.Duration
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "stats [--since 24h] [--json]",
+		Short: "Agent runs' numbers: time and idle time, model calls, tool calls, spend, blocks, circuit trips",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
+				tel := &agent.Telemetry{}
+				if err := agentrun.Replay(ctx, st.js, time.Now().Add(-since), tel.Emit); err != nil {
+					return err
+				}
+				o := tel.Overview()
+				out := cmd.OutOrStdout()
+				if jsonOut {
+					b, _ := json.MarshalIndent(map[string]any{"overview": o, "llm": tel.LLM, "llm_by_phase": tel.LLMPhase, "tools": tel.Tools,
+						"runs_by_status": tel.Runs, "blocked_by_tool": tel.BlockedByTool, "circuit_trips": tel.CircuitTrips,
+						"budget_exhaustions": tel.Exhaustions}, "", "  ")
+					fmt.Fprintln(out, string(b))
+					return nil
+				}
+				fmt.Fprintf(out, "runs: %v\ntime: %.1fs (%.1fs waiting for people)\nmodel calls: %d (%.0f%% ok, %v), %d tokens, $%.4f\n",
+					tel.Runs, o["total_run_time_s"], o["idle_wait_s"], o["llm_requests"], 100*o["llm_success_rate"].(float64), tel.LLMPhase, o["total_tokens"], o["total_cost_usd"])
+				fmt.Fprintf(out, "tool calls: %d (%.0f%% ok)\n", o["tool_calls"], 100*o["tool_success_rate"].(float64))
+				for _, n := range o["tools"].([]string) {
+					s := tel.Tools[n]
+					fmt.Fprintf(out, "  %-14s %d calls, %d failed %v\n", n, s.Count, s.Errors, s.ErrorCodes)
+				}
+				fmt.Fprintf(out, "blocked calls: %d %v; circuit trips: %v; budgets exhausted: %v; cancelled: %d\n",
+					tel.Blocked, tel.BlockedByTool, tel.CircuitTrips, tel.Exhaustions, tel.Cancellations)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&since, "since", 24*time.Hour, "how far back")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
+	return cmd
 }

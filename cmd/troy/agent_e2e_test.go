@@ -57,6 +57,11 @@ func TestAgentOfflineExample(t *testing.T) {
 	assert.Contains(t, r.stdout, "# Run `"+run+"`")
 	assert.Contains(t, r.stdout, "## Outcome: complete")
 
+	r = troy(t, dir, "agent", "stats")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "model calls: 8 (100% ok")
+	assert.Contains(t, r.stdout, "tool calls: 3 (100% ok)")
+
 	r = troy(t, dir, "agent", "resume", session)
 	assert.Equal(t, 2, r.code, "a complete session cannot be resumed: %s", r.stderr)
 	assert.Contains(t, r.stderr, "cannot be resumed")
@@ -319,7 +324,7 @@ func TestAgentApprovalOverNATS(t *testing.T) {
 
 	decide := func(approve bool) (code int, stdout string) {
 		cmd := troyCmd(context.Background(), dir, "agent", "run", cfg, "run the command", "--nats-url", natsURL)
-		var so, se strings.Builder
+		var so, se lockedBuffer
 		cmd.Stdout, cmd.Stderr = &so, &se
 		require.NoError(t, cmd.Start())
 		var id string
@@ -361,4 +366,22 @@ func TestAgentApprovalOverNATS(t *testing.T) {
 	code, _ = decide(false)
 	assert.Equal(t, 0, code, "the scripted model submits complete either way")
 	assert.NoFileExists(t, filepath.Join(dir, "ran.txt"), "a denied call never runs")
+}
+
+// lockedBuffer is written by a process's output copier and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

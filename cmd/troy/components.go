@@ -141,6 +141,7 @@ var components = []component{
 		settings := spec.EnvThen(dotEnvLookup())
 		c.Env = spec.Only(strings.Split(os.Getenv("TROY_AGENT_ENV"), ","), settings)
 		c.Settings = settings
+		c.Registerer = b.reg
 		return runOf(agentrunner.New(ctx, b.deps, b.st.nc, c))
 	}},
 	{"splunk", kindForwarder, "findings to a Splunk HTTP Event Collector", func(ctx context.Context, b *builder) (runFunc, error) {

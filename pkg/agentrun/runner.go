@@ -93,6 +93,7 @@ type Runner struct {
 	Policies   *policystore.Store
 	Streams    jetstream.KeyValue // troy_streams: started traces
 	Approvals  *Approvals
+	Metrics    *Metrics // nil: none
 	Partitions int
 	Providers  *llm.Providers
 	Pricing    *llm.Pricing
@@ -203,6 +204,9 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	}
 	events := &Events{JS: r.JS, Hold: hold}
 	sinks := Sinks{events}
+	if r.Metrics != nil {
+		sinks = append(sinks, r.Metrics)
+	}
 	var feed *Feed
 	if hash != "" {
 		feed = &Feed{Sender: stream.Sender{Pub: r.JS, Partitions: r.Partitions}, JS: r.JS, Starts: r.Streams, PolicyHash: hash,

@@ -196,3 +196,45 @@ func WaitResult(ctx context.Context, js jetstream.JetStream, runID string) (Outc
 		return Outcome{}, ctx.Err()
 	}
 }
+
+// Replay calls fn for every stored event of every run since a time, up to
+// the last one stored when it was called.
+func Replay(ctx context.Context, js jetstream.JetStream, since time.Time, fn func(agent.Event)) error {
+	s, err := js.Stream(ctx, pipelines.StreamAgentEvents)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := js.OrderedConsumer(ctx, pipelines.StreamAgentEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{EventsPrefix + ">"}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
+	if err != nil {
+		return err
+	}
+	for {
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev agent.Event
+			if json.Unmarshal(m.Data(), &ev) == nil {
+				fn(ev)
+			}
+			if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= last {
+				return nil
+			}
+		}
+		if n == 0 {
+			return nil // nothing more since `since`
+		}
+	}
+}

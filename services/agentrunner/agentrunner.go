@@ -15,6 +15,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agent"
@@ -48,6 +49,8 @@ type Config struct {
 	// Settings gives OPENAI_API_KEY / OPENAI_BASE_URL to configs that
 	// leave them out (the key only to that base URL).
 	Settings spec.Resolver
+	// Registerer takes the agent metrics (nil: none).
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -83,6 +86,11 @@ func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Servic
 		return nil, err
 	}
 	r.Env, r.Settings = cfg.Env, cfg.Settings
+	if cfg.Registerer != nil {
+		if r.Metrics, err = agentrun.NewMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	s := &Service{deps: deps, cfg: cfg, runner: r, nc: nc}
 	r.Stopping = func() bool {
 		c := s.runCtx.Load()
