@@ -38,5 +38,6 @@ const (
 	BucketStreams        = "troy_streams"
 	BucketSessions       = "troy_sessions"
 	BucketAgentSessions  = "troy_agent_sessions"
+	BucketAgentSpend     = "troy_agent_spend"
 	BucketAgentApprovals = "troy_agent_approvals"
 )

@@ -107,7 +107,7 @@ func TestTopologyMatchesCode(t *testing.T) {
 	for _, b := range topo.Buckets {
 		buckets = append(buckets, b.Name)
 	}
-	inCode := []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket, explain.CacheBucket, agentrun.SessionsBucket, agentrun.ApprovalsBucket}
+	inCode := []string{reporter.JoinBucket, policystore.Bucket, guard.SessionBucket, streamer.Bucket, explain.CacheBucket, agentrun.SessionsBucket, agentrun.ApprovalsBucket, agentrun.SpendBucket}
 	for _, b := range inCode {
 		assert.True(t, slices.Contains(buckets, b), "bucket %s used in code is provisioned", b)
 	}

@@ -122,8 +122,12 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 			}
 			// Build once here, so every config problem is a usage error
 			// before anything is queued.
+			pp, err := operatorProviderPolicy()
+			if err != nil {
+				return codeError{agentUsage, err}
+			}
 			// (the runner gives the real approvers; these only let the check pass)
-			probe, err := file.Build(spec.Deps{Workspace: ws, Settings: spec.EnvThen(lookup),
+			probe, err := file.Build(spec.Deps{Workspace: ws, Settings: spec.EnvThen(lookup), ProviderPolicy: pp,
 				NATSApprover: func(time.Duration) guardrails.Approver { return guardrails.DenyAll{} }})
 			if err != nil {
 				return codeError{agentUsage, err}
@@ -275,6 +279,9 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		// at the terminal decide what needs approval (denied without one).
 		runner.Env = spec.EnvThen(dotEnvLookup())
 		runner.Settings = runner.Env
+		if runner.ProviderPolicy, err = operatorProviderPolicy(); err != nil {
+			return codeError{agentUsage, err}
+		}
 		if in, ok := cmd.InOrStdin().(*os.File); ok && term.IsTerminal(int(in.Fd())) {
 			runner.Approver = &guardrails.Terminal{In: in, Out: stderr}
 		}

@@ -137,6 +137,14 @@ var components = []component{
 		if b.cfg.workers > 0 {
 			c.Workers = b.cfg.workers
 		}
+		if b.cfg.maxRuns > 0 {
+			c.Workers = b.cfg.maxRuns
+		}
+		pp, err := operatorProviderPolicy()
+		if err != nil {
+			return nil, err
+		}
+		c.ProviderPolicy = pp
 		c.Partitions = bus.StreamPartitions(b.deps.Topology)
 		settings := spec.EnvThen(dotEnvLookup())
 		c.Env = spec.Only(strings.Split(os.Getenv("TROY_AGENT_ENV"), ","), settings)
@@ -210,4 +218,16 @@ func runOf[S interface{ Run(context.Context) error }](s S, err error) (runFunc, 
 		return nil, err
 	}
 	return s.Run, nil
+}
+
+// operatorProviderPolicy is the operator's limit on providers and models
+// (TROY_AGENT_ALLOWED_PROVIDERS="openai", TROY_AGENT_ALLOWED_MODELS=
+// "openai:gpt-4o-mini,openai:gpt-4.1*"), checked for every run besides its
+// config's own.
+func operatorProviderPolicy() (*spec.ProviderPolicy, error) {
+	p, err := spec.ParseProviderPolicy(os.Getenv("TROY_AGENT_ALLOWED_PROVIDERS"), os.Getenv("TROY_AGENT_ALLOWED_MODELS"))
+	if err != nil {
+		return nil, fmt.Errorf("TROY_AGENT_ALLOWED_MODELS: %w", err)
+	}
+	return p, nil
 }

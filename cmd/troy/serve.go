@@ -34,7 +34,7 @@ import (
 
 func newServeCmd(g *globalFlags) *cobra.Command {
 	var target, natsAddr, httpAddr, policyPath, reportsDir, reportMode string
-	var workers, replicas int
+	var workers, replicas, maxRuns int
 	var streamIdle time.Duration
 	var streamMember string
 	var lf llmFlags
@@ -87,7 +87,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
-				workers: workers, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle,
+				workers: workers, maxRuns: maxRuns, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle,
 				streamMember: member}
 			if slices.Contains(targets, "explainer") {
 				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
@@ -158,6 +158,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.StringVar(&reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of report files in --reports-dir (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
+	fl.IntVar(&maxRuns, "max-concurrent-runs", envInt("TROY_MAX_CONCURRENT_RUNS", 0), "target agent-runner: agent runs this process drives at once (env TROY_MAX_CONCURRENT_RUNS; default 4)")
 	fl.DurationVar(&readTimeout, "http-read-timeout", 30*time.Second, "longest an HTTP client may take to send one request, body included")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
 	lf.register(cmd)

@@ -33,6 +33,7 @@ type stackConfig struct {
 	listen       string // embedded server's client address ("" in-process only)
 	targets      []string
 	workers      int
+	maxRuns      int // agent runs at once (agent-runner)
 	limits       trace.Limits
 	policy       *policy.Engine // pushed at start; the default for live traces
 	reportsDir   string

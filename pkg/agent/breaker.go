@@ -67,6 +67,9 @@ func fingerprint(tool string, args json.RawMessage) string {
 	return tool + " " + string(b)
 }
 
+// usdEpsilon absorbs float rounding in dollar sums (a millionth of a cent).
+const usdEpsilon = 1e-8
+
 // tripped ends the run the way the breaker says.
 func (r *run) tripped(reason, detail string, status Status) error {
 	st := r.st.Breaker
@@ -87,7 +90,7 @@ func (r *run) beforeCall(req llm.Request) error {
 		return nil
 	}
 	est := float64(estimate(req.System, req.Turns)) * b.InputPricePerToken
-	if r.st.CostUSD+est >= b.MaxUSD {
+	if r.st.CostUSD+est >= b.MaxUSD-usdEpsilon {
 		return r.tripped("cost_ceiling", fmt.Sprintf("the next call (about $%.4f of input) would take the run past its $%.4f ceiling at $%.4f spent",
 			est, b.MaxUSD, r.st.CostUSD), Exhausted)
 	}
@@ -109,7 +112,7 @@ func (r *run) afterCall(model string, priced bool) error {
 		st.Warned = true
 		r.emit(EventCostWarning, "", map[string]any{"message": fmt.Sprintf("The run has spent $%.4f, %.0f%% of its $%.4f ceiling", r.st.CostUSD, 100*r.st.CostUSD/b.MaxUSD, b.MaxUSD)})
 	}
-	if r.st.CostUSD >= b.MaxUSD {
+	if r.st.CostUSD >= b.MaxUSD-usdEpsilon {
 		return r.tripped("cost_ceiling", fmt.Sprintf("spent $%.4f of a $%.4f ceiling", r.st.CostUSD, b.MaxUSD), Exhausted)
 	}
 	return nil

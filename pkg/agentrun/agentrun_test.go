@@ -61,3 +61,40 @@ func TestRedeliveredRequestIsAnsweredNotRerun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, agent.Exhausted, got.Status)
 }
+
+// costly answers like instant, at a cent a call.
+type costly struct{ instant }
+
+func (c costly) Complete(ctx context.Context, req llm.Request) (llm.Completion, error) {
+	out, err := c.instant.Complete(ctx, req)
+	out.CostUSD, out.Priced = 0.01, true
+	return out, err
+}
+
+// A daily quota is shared by every run of an agent: the second run stops
+// at what is left, the third does not start.
+func TestDailyQuota(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	r, err := agentrun.New(context.Background(), srv.JS, 8, zerolog.Nop())
+	require.NoError(t, err)
+	r.Providers.Register("costly", func(llm.ProviderConfig) (llm.Provider, error) { return costly{}, nil })
+	cfg := json.RawMessage(`{"name": "spender", "llm": {"provider": "costly"}, "tools": ["scratchpad", "submit"], "budget": {"max_iterations": 2},
+		"cost": {"daily_usd": 0.08}, "audit": {"enabled": false}, "circuit_breaker": {"max_stalled_iterations": 10}}`)
+	run := func() agentrun.Outcome {
+		req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: "g", Config: cfg, Workspace: t.TempDir()}
+		out, err := r.Execute(context.Background(), req, nil, nil)
+		require.NoError(t, err)
+		return out
+	}
+	first := run() // 2 iterations x 3 calls = $0.06
+	assert.Equal(t, agent.Exhausted, first.Status)
+	assert.InDelta(t, 0.06, first.CostUSD, 1e-9)
+	second := run() // $0.02 left
+	assert.Equal(t, agent.Exhausted, second.Status)
+	assert.Contains(t, second.Answer, "cost_ceiling")
+	assert.InDelta(t, 0.02, second.CostUSD, 1e-9)
+	third := run()
+	assert.Equal(t, agent.Exhausted, third.Status)
+	assert.Contains(t, third.Answer, "daily quota of $0.08 for agent spender is spent")
+	assert.Zero(t, third.Iterations)
+}

@@ -88,16 +88,19 @@ var ErrBadRequest = errors.New("bad run request")
 
 // Runner executes run requests.
 type Runner struct {
-	JS         jetstream.JetStream
-	Sessions   *Sessions
-	Policies   *policystore.Store
-	Streams    jetstream.KeyValue // troy_streams: started traces
-	Approvals  *Approvals
-	Metrics    *Metrics // nil: none
-	Partitions int
-	Providers  *llm.Providers
-	Pricing    *llm.Pricing
-	Log        zerolog.Logger
+	JS        jetstream.JetStream
+	Sessions  *Sessions
+	Policies  *policystore.Store
+	Streams   jetstream.KeyValue // troy_streams: started traces
+	Approvals *Approvals
+	Quota     *Quota
+	Metrics   *Metrics // nil: none
+	// ProviderPolicy is the operator's limit on providers and models.
+	ProviderPolicy *spec.ProviderPolicy
+	Partitions     int
+	Providers      *llm.Providers
+	Pricing        *llm.Pricing
+	Log            zerolog.Logger
 	// Approver decides calls whose config names no approver (the CLI's
 	// terminal); nil denies them.
 	Approver guardrails.Approver
@@ -134,7 +137,11 @@ func New(ctx context.Context, js jetstream.JetStream, partitions int, log zerolo
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{JS: js, Sessions: sessions, Policies: policies, Streams: streams, Approvals: approvals, Partitions: partitions,
+	quota, err := OpenQuota(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{JS: js, Sessions: sessions, Policies: policies, Streams: streams, Approvals: approvals, Quota: quota, Partitions: partitions,
 		Providers: llm.DefaultProviders(), Pricing: &llm.Pricing{Prices: llm.DefaultPrices}, Log: log}, nil
 }
 
@@ -230,7 +237,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	}
 	sinks = append(sinks, extra)
 	deps := spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace,
-		Settings: r.Settings, Approver: r.Approver,
+		Settings: r.Settings, Approver: r.Approver, ProviderPolicy: r.ProviderPolicy,
 		NATSApprover: func(d time.Duration) guardrails.Approver { return r.Approvals.WithTimeout(d) }}
 	if hash != "" { // the audit policy also guards the run live
 		e, err := r.Policies.ByHash(ctx, hash)
@@ -250,6 +257,30 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
 	cfg.Origin = originJSON
+	// A daily quota: refuse to start once it is spent, and never let the
+	// run spend more than is left.
+	day := time.Now()
+	var before float64
+	if st != nil {
+		before = st.CostUSD
+	}
+	if daily := file.Cost.DailyUSD; daily > 0 {
+		spent, err := r.Quota.Spent(ctx, file.Name, day)
+		if err != nil {
+			return r.refuse(ctx, req, err)
+		}
+		left := daily - spent
+		if left <= 0 {
+			out := Outcome{Agent: file.Name}
+			out.RunID, out.SessionID, out.Status = req.RunID, req.SessionID, agent.Exhausted
+			out.Answer = fmt.Sprintf("The daily quota of $%.2f for agent %s is spent ($%.4f today); the run did not start.", daily, file.Name, spent)
+			out.Evidence, out.UnmetRequirements = []string{}, []string{req.Goal}
+			return out, r.publish(ctx, req.RunID, out)
+		}
+		if cfg.Breaker.MaxUSD <= 0 || before+left < cfg.Breaker.MaxUSD {
+			cfg.Breaker.MaxUSD = before + left // the session's ceiling counts what it spent before
+		}
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
@@ -269,6 +300,12 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
+	var quotaProblem []string
+	if file.Cost.DailyUSD > 0 {
+		if err := r.Quota.Add(fctx, file.Name, day, res.CostUSD-before); err != nil {
+			quotaProblem = append(quotaProblem, "daily quota not updated: "+err.Error())
+		}
+	}
 	var sinkProblems []string
 	for _, s := range external {
 		sinkProblems = append(sinkProblems, s.Close(fctx)...)
@@ -289,7 +326,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return Outcome{}, ErrInterrupted
 	}
 	out := Outcome{Result: res, Agent: file.Name, PolicyHash: hash}
-	out.Problems = append(append(res.Problems, events.Flush(fctx)...), sinkProblems...)
+	out.Problems = append(append(append(res.Problems, events.Flush(fctx)...), sinkProblems...), quotaProblem...)
 	if feed != nil {
 		feed.Flush(fctx)
 		out.Problems = append(out.Problems, feed.Errors()...)

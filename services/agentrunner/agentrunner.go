@@ -51,6 +51,8 @@ type Config struct {
 	Settings spec.Resolver
 	// Registerer takes the agent metrics (nil: none).
 	Registerer prometheus.Registerer
+	// ProviderPolicy is the operator's limit on providers and models.
+	ProviderPolicy *spec.ProviderPolicy
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -85,7 +87,7 @@ func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Servic
 	if err != nil {
 		return nil, err
 	}
-	r.Env, r.Settings = cfg.Env, cfg.Settings
+	r.Env, r.Settings, r.ProviderPolicy = cfg.Env, cfg.Settings, cfg.ProviderPolicy
 	if cfg.Registerer != nil {
 		if r.Metrics, err = agentrun.NewMetrics(cfg.Registerer); err != nil {
 			return nil, err

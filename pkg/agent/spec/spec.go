@@ -33,23 +33,24 @@ import (
 
 // File is an agent configuration.
 type File struct {
-	Name               string        `json:"name" jsonschema:"minLength=1,maxLength=128,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$,description=the agent's name in traces and reports"`
-	LLM                LLM           `json:"llm"`
-	Tools              []string      `json:"tools,omitempty" jsonschema:"uniqueItems=true,description=the built-in tools to offer (default: all; submit is always added)"`
-	ToolTimeoutS       int           `json:"tool_timeout_s,omitempty" jsonschema:"minimum=1,maximum=3600,description=time limit of one tool call (default 60)"`
-	Skills             *Skills       `json:"skills,omitempty"`
-	Budget             Budget        `json:"budget,omitempty"`
-	MaxContractRetries *int          `json:"max_contract_retries,omitempty" jsonschema:"minimum=0,maximum=10"`
-	Workspace          string        `json:"workspace,omitempty" jsonschema:"description=folder the tools may touch (relative to this file; default: the current directory)"`
-	Compaction         *Compaction   `json:"compaction,omitempty"`
-	Audit              Audit         `json:"audit,omitempty"`
-	Observability      Observability `json:"observability,omitempty"`
-	Cost               Cost          `json:"cost,omitempty"`
-	CircuitBreaker     Breaker       `json:"circuit_breaker,omitempty"`
-	Guardrails         *Guardrails   `json:"guardrails,omitempty"`
-	Governance         Governance    `json:"governance,omitempty"`
-	ExtraInstructions  string        `json:"extra_instructions,omitempty"`
-	MaxTokensPerCall   int           `json:"max_tokens_per_call,omitempty" jsonschema:"minimum=1"`
+	Name               string          `json:"name" jsonschema:"minLength=1,maxLength=128,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$,description=the agent's name in traces and reports"`
+	LLM                LLM             `json:"llm"`
+	Tools              []string        `json:"tools,omitempty" jsonschema:"uniqueItems=true,description=the built-in tools to offer (default: all; submit is always added)"`
+	ToolTimeoutS       int             `json:"tool_timeout_s,omitempty" jsonschema:"minimum=1,maximum=3600,description=time limit of one tool call (default 60)"`
+	Skills             *Skills         `json:"skills,omitempty"`
+	Budget             Budget          `json:"budget,omitempty"`
+	MaxContractRetries *int            `json:"max_contract_retries,omitempty" jsonschema:"minimum=0,maximum=10"`
+	Workspace          string          `json:"workspace,omitempty" jsonschema:"description=folder the tools may touch (relative to this file; default: the current directory)"`
+	Compaction         *Compaction     `json:"compaction,omitempty"`
+	Audit              Audit           `json:"audit,omitempty"`
+	Observability      Observability   `json:"observability,omitempty"`
+	ProviderPolicy     *ProviderPolicy `json:"provider_policy,omitempty"`
+	Cost               Cost            `json:"cost,omitempty"`
+	CircuitBreaker     Breaker         `json:"circuit_breaker,omitempty"`
+	Guardrails         *Guardrails     `json:"guardrails,omitempty"`
+	Governance         Governance      `json:"governance,omitempty"`
+	ExtraInstructions  string          `json:"extra_instructions,omitempty"`
+	MaxTokensPerCall   int             `json:"max_tokens_per_call,omitempty" jsonschema:"minimum=1"`
 }
 
 // LLM is the model the agent runs on.
@@ -101,9 +102,70 @@ type Observability struct {
 	Sinks      []Sink `json:"sinks,omitempty"`
 }
 
+// ProviderPolicy limits which providers and models a run may use.
+type ProviderPolicy struct {
+	AllowedProviders []string            `json:"allowed_providers,omitempty"`
+	AllowedModels    map[string][]string `json:"allowed_models,omitempty" jsonschema:"description=provider: the models allowed (a name, or a prefix ending in *)"`
+}
+
+// Check refuses a provider or model the policy does not allow.
+func (p *ProviderPolicy) Check(provider, model string) error {
+	if p == nil {
+		return nil
+	}
+	provider = strings.ToLower(provider)
+	if len(p.AllowedProviders) > 0 {
+		ok := false
+		for _, a := range p.AllowedProviders {
+			ok = ok || strings.EqualFold(a, provider)
+		}
+		if !ok {
+			return fmt.Errorf("provider %q is not allowed (allowed: %s)", provider, strings.Join(p.AllowedProviders, ", "))
+		}
+	}
+	for prov, models := range p.AllowedModels {
+		if !strings.EqualFold(prov, provider) {
+			continue
+		}
+		for _, m := range models {
+			if m == model || (strings.HasSuffix(m, "*") && strings.HasPrefix(model, strings.TrimSuffix(m, "*"))) {
+				return nil
+			}
+		}
+		return fmt.Errorf("model %q of provider %s is not allowed (allowed: %s)", model, provider, strings.Join(models, ", "))
+	}
+	return nil
+}
+
+// ParseProviderPolicy reads an operator's policy from two lists:
+// providers "openai,scripted" and models "openai:gpt-4o-mini,openai:gpt-4.1*".
+func ParseProviderPolicy(providers, models string) (*ProviderPolicy, error) {
+	if strings.TrimSpace(providers) == "" && strings.TrimSpace(models) == "" {
+		return nil, nil
+	}
+	p := &ProviderPolicy{AllowedModels: map[string][]string{}}
+	for _, v := range strings.Split(providers, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			p.AllowedProviders = append(p.AllowedProviders, v)
+		}
+	}
+	for _, v := range strings.Split(models, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		prov, model, ok := strings.Cut(v, ":")
+		if !ok || prov == "" || model == "" {
+			return nil, fmt.Errorf("allowed model %q: want provider:model", v)
+		}
+		p.AllowedModels[prov] = append(p.AllowedModels[prov], model)
+	}
+	return p, nil
+}
+
 // Cost prices the run's model calls and bounds its spend.
 type Cost struct {
 	MaxUSD      float64              `json:"max_usd,omitempty" jsonschema:"exclusiveMinimum=0,description=stop the run (exhausted) once it has spent this much"`
+	DailyUSD    float64              `json:"daily_usd,omitempty" jsonschema:"exclusiveMinimum=0,description=what all runs of this agent (by name) may spend per UTC day, across runners"`
 	WarnAtRatio float64              `json:"warn_at_ratio,omitempty" jsonschema:"exclusiveMinimum=0,exclusiveMaximum=1,description=warn once at this share of max_usd (default 0.75)"`
 	Prices      map[string]llm.Price `json:"prices,omitempty" jsonschema:"description=USD per million tokens by model name (longest prefix matches); over the built-in rate card"`
 }
@@ -501,6 +563,8 @@ type Deps struct {
 	Actions   map[string]string
 	// Protected are more framework-owned paths (the config file).
 	Protected []string
+	// ProviderPolicy is the operator's, checked besides the config's own.
+	ProviderPolicy *ProviderPolicy
 }
 
 // Build assembles an agent.Config from the file.
@@ -549,6 +613,12 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 		}
 		if pc.APIKey == "" && pc.BaseURL == "" {
 			return agent.Config{}, errors.New("llm: provider openai needs api_key (or OPENAI_API_KEY in the environment or .env), or base_url for a local server")
+		}
+	}
+	// Every client is built here and checked first: no bypass.
+	for _, pp := range []*ProviderPolicy{d.ProviderPolicy, f.ProviderPolicy} {
+		if err := pp.Check(pc.Provider, pc.Model); err != nil {
+			return agent.Config{}, fmt.Errorf("provider policy: %w", err)
 		}
 	}
 	model, err := providers.Build(pc)

@@ -198,3 +198,29 @@ func TestGuardrailsAndGovernanceConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotNil(t, cfg.Gate, "guardrails are on unless turned off")
 }
+
+func TestProviderPolicy(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("responses: [{text: hi}]\n"), 0o644))
+	p := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("name: x\nllm: {provider: scripted, script: s.yaml, model: m1}\nprovider_policy: {allowed_providers: [openai]}\n"), 0o644))
+	f, err := spec.Load(p, nil)
+	require.NoError(t, err)
+	_, err = f.Build(spec.Deps{Workspace: dir})
+	assert.ErrorContains(t, err, `provider policy: provider "scripted" is not allowed (allowed: openai)`)
+
+	operator, err := spec.ParseProviderPolicy("", "scripted:gpt-4.1*")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, []byte("name: x\nllm: {provider: scripted, script: s.yaml, model: m1}\n"), 0o644))
+	f, err = spec.Load(p, nil)
+	require.NoError(t, err)
+	_, err = f.Build(spec.Deps{Workspace: dir, ProviderPolicy: operator})
+	assert.ErrorContains(t, err, `model "m1" of provider scripted is not allowed (allowed: gpt-4.1*)`)
+	require.NoError(t, os.WriteFile(p, []byte("name: x\nllm: {provider: scripted, script: s.yaml, model: gpt-4.1-mini}\n"), 0o644))
+	f, err = spec.Load(p, nil)
+	require.NoError(t, err)
+	_, err = f.Build(spec.Deps{Workspace: dir, ProviderPolicy: operator})
+	assert.NoError(t, err)
+	_, err = spec.ParseProviderPolicy("", "gpt-4o")
+	assert.ErrorContains(t, err, "want provider:model")
+}
