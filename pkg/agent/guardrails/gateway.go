@@ -48,6 +48,8 @@ type Config struct {
 	// the default comes from its severity: critical and high block,
 	// medium escalates, low logs.
 	PolicyActions map[string]string
+	// Safety classifies arguments and results by content (nil: none).
+	Safety *ContentSafety
 }
 
 // Emit reports a guardrail event to the run.
@@ -91,6 +93,7 @@ type Decision struct {
 	Tool       string     `json:"tool"`
 	Tier       Tier       `json:"tier"`
 	Blocked    bool       `json:"blocked"`
+	Fallback   bool       `json:"fallback,omitempty"`
 	Code       tools.Code `json:"code,omitempty"` // why it is blocked
 	Reason     string     `json:"reason,omitempty"`
 	Findings   []Finding  `json:"findings"`
@@ -102,6 +105,11 @@ type Decision struct {
 
 // Error is the blocked call's result as the model reads it.
 func (d Decision) Error() *tools.Error {
+	if d.Fallback {
+		return tools.Errorf(tools.SafetyFallback, "`%s` was redirected to a safer fallback path: %s", d.Tool, d.Reason).
+			With("tier", d.Tier.String()).With("rules", strings.Join(d.Rules, ", ")).
+			Fix("Do not do this. Choose a safer way to reach the goal, or submit with status blocked and say why.")
+	}
 	e := tools.Errorf(d.Code, "`%s` was blocked by a guardrail: %s", d.Tool, d.Reason).
 		With("tier", d.Tier.String())
 	if len(d.Rules) > 0 {
@@ -124,7 +132,11 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 			d.Blocked, d.Code, d.Reason = true, tools.Internal, fmt.Sprintf("the guardrails failed (%v); failing closed", p)
 		}
 		if d.Blocked {
-			emit("guardrail.blocked", map[string]any{"tool": c.Tool, "tier": d.Tier.String(), "reason": d.Reason, "rules": d.Rules, "disposition": "block"})
+			disposition := "block"
+			if d.Fallback {
+				disposition = "fallback"
+			}
+			emit("guardrail.blocked", map[string]any{"tool": c.Tool, "tier": d.Tier.String(), "reason": d.Reason, "rules": d.Rules, "disposition": disposition})
 		}
 	}()
 	var args map[string]any
@@ -138,6 +150,7 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	if !g.cfg.SkipArguments {
 		fs = append(fs, scanArguments(textOf(args))...)
 	}
+	fs = append(fs, g.cfg.Safety.scan(ctx, textOf(args), "arguments")...) // whatever SkipArguments says
 	for _, f := range fs {
 		if f.EscalateTo != nil && *f.EscalateTo > d.Tier {
 			d.Tier = *f.EscalateTo
@@ -163,6 +176,18 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	if len(blocking) > 0 {
 		d.Blocked, d.Code, d.Rules = true, tools.PolicyViolation, blocking
 		d.Reason = "matched " + strings.Join(why, ", ") + "; blocked before any approver is asked"
+		return d
+	}
+	var fallback, fwhy []string
+	for _, f := range fs {
+		if f.Fallback {
+			fallback = append(fallback, f.RuleID)
+			fwhy = append(fwhy, f.Message)
+		}
+	}
+	if len(fallback) > 0 {
+		d.Blocked, d.Code, d.Rules, d.Fallback = true, tools.SafetyFallback, fallback, true
+		d.Reason = strings.Join(fwhy, "; ")
 		return d
 	}
 	if d.Tier < g.cfg.ApprovalThreshold {
@@ -289,17 +314,21 @@ func severityOf(s string) Severity {
 // reaches the model as well) before the model reads it. It returns the
 // text the model gets, and a decision when the content was withheld.
 func (g *Gateway) Result(tool, text string, emit Emit) (string, *Decision) {
-	if g.cfg.SkipResults || text == "" {
+	if text == "" {
 		return text, nil
 	}
-	fs := scanResult(tool, text)
+	var fs []Finding
+	if !g.cfg.SkipResults {
+		fs = scanResult(tool, text)
+	}
+	fs = append(fs, g.cfg.Safety.scan(context.Background(), text, "result:"+tool)...) // whatever SkipResults says
 	if len(fs) == 0 {
 		return text, nil
 	}
 	var rules, blocking []string
 	for _, f := range fs {
 		rules = append(rules, f.RuleID)
-		if f.Block {
+		if f.Block || f.Fallback {
 			blocking = append(blocking, f.RuleID)
 		}
 		data := map[string]any{}

@@ -213,3 +213,61 @@ rules:
 		Plan("s2", "submit"), Submit("complete"))
 	assert.FileExists(t, filepath.Join(r.ws, "sent.txt"))
 }
+
+// flagger flags policy_violation when the text says "flagged content", and
+// harmful_intent when it says "harmful".
+type flagger struct{}
+
+func (flagger) Classify(_ context.Context, text string) (guardrails.SafetyVerdict, error) {
+	var cats []string
+	if strings.Contains(text, "flagged content") {
+		cats = append(cats, guardrails.PolicyViolation)
+	}
+	if strings.Contains(text, "harmful") {
+		cats = append(cats, guardrails.HarmfulIntent)
+	}
+	return guardrails.SafetyVerdict{Flagged: len(cats) > 0, Categories: cats, Severity: guardrails.Warn, Reason: "test"}, nil
+}
+
+// countingApprover approves everything and counts.
+type countingApprover struct{ n int }
+
+func (c *countingApprover) Approve(context.Context, guardrails.ApprovalRequest) (guardrails.Answer, error) {
+	c.n++
+	return guardrails.Answer{Approved: true, By: "test", Reason: "ok"}, nil
+}
+
+// Scenario 19: a flagged write falls back without asking anyone; a
+// harmful one escalates to DANGER; a category set to block blocks.
+func TestContentSafety(t *testing.T) {
+	script := func(content string) []llm.ScriptedResponse {
+		return []llm.ScriptedResponse{Plan("s1", "file_system"), Act("file_system", Write("out.txt", content)),
+			Eval("failure", "the write was refused by content safety", "blocked"), Plan("s2", "submit"), Submit("blocked", "out.txt")}
+	}
+	approver := &countingApprover{}
+	cfg := guardrails.Config{Safety: &guardrails.ContentSafety{Provider: flagger{}}}
+	r := runWith(t, cfg, approver, nil, script("some flagged content here")...)
+	res := r.result(t, 0)
+	assert.Equal(t, "safety_fallback", res["error_code"])
+	assert.Contains(t, res["preview"], "safer")
+	assert.Zero(t, approver.n, "the fallback never asks a human")
+	assert.NoFileExists(t, filepath.Join(r.ws, "out.txt"))
+	assert.Equal(t, agent.Blocked, r.res.Status)
+	assert.Equal(t, "fallback", r.rec.Of("guardrail.blocked")[0].Data["disposition"])
+
+	r = runWith(t, cfg, guardrails.AllowUpTo{Ceiling: guardrails.Warning}, nil, script("a harmful plan")...)
+	assert.Equal(t, "policy_violation", r.result(t, 0)["error_code"], "escalated to DANGER, denied by a WARNING approver")
+
+	cfg.Safety.Dispositions = map[string]string{guardrails.PolicyViolation: guardrails.Block}
+	approver = &countingApprover{}
+	r = runWith(t, cfg, approver, nil, script("some flagged content here")...)
+	assert.Equal(t, "policy_violation", r.result(t, 0)["error_code"])
+	assert.Zero(t, approver.n)
+
+	// The keyword provider, on results too.
+	cfg = guardrails.Config{Safety: &guardrails.ContentSafety{Provider: guardrails.KeywordSafety{}}, SkipResults: true}
+	read := map[string]any{"operation": "read", "path": "plan.txt"}
+	r = runWith(t, cfg, nil, touch("plan.txt", "step 3: post the customer records publicly"),
+		Plan("s1", "file_system"), Act("file_system", read), Eval("success", "read the plan file", "in_progress"), Plan("s2", "submit"), Submit("complete"))
+	assert.Contains(t, r.result(t, 0)["preview"], "withheld", "content safety screens results even with scan_results off")
+}

@@ -28,6 +28,7 @@ type Finding struct {
 	Source     string   `json:"source"`             // arguments, or result:<tool>
 	EscalateTo *Tier    `json:"escalate_to,omitempty"`
 	Block      bool     `json:"block"`
+	Fallback   bool     `json:"fallback,omitempty"` // refused towards a safer path; no human is asked
 }
 
 func tierPtr(t Tier) *Tier { return &t }

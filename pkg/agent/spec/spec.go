@@ -189,10 +189,19 @@ type Guardrails struct {
 	UntrustedResults    string            `json:"untrusted_results,omitempty" jsonschema:"enum=annotate,enum=redact,enum=block,description=what the model gets of a result a scanner flagged (default annotate)"`
 	ProtectedPaths      []string          `json:"protected_paths,omitempty" jsonschema:"description=more framework-owned paths (skills, this config and event files always are)"`
 	Approver            *Approver         `json:"approver,omitempty"`
+	ContentSafety       *ContentSafety    `json:"content_safety,omitempty"`
 	// LivePolicy uses the audit policy as a guard before each call
 	// (default true).
 	LivePolicy    *bool             `json:"live_policy,omitempty"`
 	PolicyActions map[string]string `json:"policy_actions,omitempty" jsonschema:"description=rule id: block, escalate or log (overrides the rule's action)"`
+}
+
+// ContentSafety classifies arguments and results by what they ask for.
+type ContentSafety struct {
+	Enabled      *bool             `json:"enabled,omitempty"`
+	Provider     string            `json:"provider,omitempty" jsonschema:"enum=keyword,description=keyword: offline phrases (the default)"`
+	Dispositions map[string]string `json:"dispositions,omitempty" jsonschema:"description=category (harmful_intent, policy_violation, bias, unsafe_behavior): escalate, fallback or block"`
+	FailClosed   bool              `json:"fail_closed,omitempty"`
 }
 
 // Approver decides the calls at or above the approval threshold.
@@ -844,6 +853,14 @@ func (f *File) gate(d Deps, workspace string, lib *skills.Library) (*guardrails.
 			}
 			cfg.PolicyActions[k] = v
 		}
+	}
+	if cs := g.ContentSafety; cs != nil && (cs.Enabled == nil || *cs.Enabled) {
+		for cat, disp := range cs.Dispositions {
+			if disp != guardrails.Escalate && disp != guardrails.Fallback && disp != guardrails.Block {
+				return nil, fmt.Errorf("guardrails.content_safety.dispositions.%s: %q is not escalate, fallback or block", cat, disp)
+			}
+		}
+		cfg.Safety = &guardrails.ContentSafety{Provider: guardrails.KeywordSafety{}, Dispositions: cs.Dispositions, FailClosed: cs.FailClosed}
 	}
 	approver, err := g.approver(d)
 	if err != nil {
