@@ -254,3 +254,67 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 	}
 	return 0
 }
+
+// A call waiting for a person when its runner stops is still waiting, on
+// the same approval, under the next runner; the decision made meanwhile
+// lets it run.
+func TestApprovalSurvivesARunnerRestart(t *testing.T) {
+	llm := llmtest.New(t, func(call int, r llmtest.Request) llmtest.Response {
+		switch call {
+		case 1:
+			return llmtest.Response{Content: planText("s1", "file_system")}
+		case 2:
+			return llmtest.Response{ToolCalls: [][2]string{{"file_system", `{"operation":"delete","path":"old.txt"}`}}}
+		case 3:
+			return llmtest.Response{Content: `<evaluation>{"outcome": "success", "evidence": "old.txt was deleted", "completed_step_ids": ["s1"], "goal_status": "in_progress", "next_step": "answer"}</evaluation>`}
+		case 4:
+			return llmtest.Response{Content: planText("s2", "submit")}
+		default:
+			return llmtest.Response{ToolCalls: submitCall}
+		}
+	})
+	srv, deps, req, ws := agentSetup(t, llm.BaseURL())
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "old.txt"), []byte("x"), 0o644))
+	// the same config, with approvals over the bus and no audit (this test is about the wait)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(req.Config, &cfg))
+	cfg["guardrails"] = map[string]any{"approver": map[string]any{"type": "nats", "timeout_s": 120}}
+	cfg["audit"] = map[string]any{"enabled": false}
+	req.Config, _ = json.Marshal(cfg)
+
+	stopFirst := start(t, runnerService(t, deps, srv.NC))
+	submit(t, srv, req)
+	approvals, err := agentrun.OpenApprovals(context.Background(), srv.JS)
+	require.NoError(t, err)
+	var id string
+	require.Eventually(t, func() bool {
+		items, _ := approvals.List(context.Background(), false)
+		if len(items) == 1 {
+			id = items[0].ID
+			return true
+		}
+		return false
+	}, 15*time.Second, 20*time.Millisecond, "the delete waits for a person")
+	stopFirst()
+	sessions, err := agentrun.OpenSessions(context.Background(), srv.JS)
+	require.NoError(t, err)
+	st, err := sessions.Load(context.Background(), req.SessionID)
+	require.NoError(t, err)
+	require.NotNil(t, st.Awaiting, "the waiting call is part of the session")
+	assert.Equal(t, agent.Running, st.Status)
+	assert.FileExists(t, filepath.Join(ws, "old.txt"))
+
+	_, err = approvals.Decide(context.Background(), id, true, "ann", "fine")
+	require.NoError(t, err)
+	start(t, runnerService(t, deps, srv.NC))
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	out, err := agentrun.WaitResult(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, agent.Complete, out.Status, out.Answer+out.Error)
+	assert.NoFileExists(t, filepath.Join(ws, "old.txt"), "approved while no runner ran, then carried out")
+	items, err := approvals.List(context.Background(), true)
+	require.NoError(t, err)
+	assert.Len(t, items, 1, "asked once")
+	assert.Equal(t, 5, llm.Calls(), "the call was not planned again")
+}

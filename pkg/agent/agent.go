@@ -113,6 +113,7 @@ type Gate interface {
 type GateCall struct {
 	RunID, SessionID, Agent, Goal string
 	Iteration                     int
+	CallID                        string
 	Tool                          string
 	Safety                        tools.Safety
 	Arguments                     json.RawMessage
@@ -361,7 +362,7 @@ func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool
 		"tools": a.cfg.Tools.Names(), "skills": orEmpty(skills), "resumed": resumed, "session_id": st.SessionID,
 		"guardrails": a.cfg.Gate != nil})
 	closeDangling(st)
-	if len(st.Pending) > 0 {
+	if len(st.Pending) > 0 && st.Awaiting == nil {
 		st.Transcript = append(st.Transcript, llm.Turn{Role: "user", Text: resumedResults, ToolResults: st.Pending, Iteration: st.Iteration})
 		st.Pending = nil
 	}
@@ -369,7 +370,7 @@ func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool
 		// It had submitted when its runner died: it ends as it chose.
 		return r.finish(ctx, &stop{status: Status(sub.Status), answer: sub.Answer, sub: sub}), nil
 	}
-	err = r.safeLoop(ctx)
+	err = r.safeLoop(ctx, st.Awaiting)
 	var s *stop
 	if !errors.As(err, &s) {
 		s = &stop{status: Failed, answer: fmt.Sprintf("The run failed: %v", err)}
@@ -379,7 +380,7 @@ func (a *Agent) drive(ctx context.Context, st *State, ctl *Control, resumed bool
 
 // safeLoop runs the loop; a panic inside it (a bug, a tool outside the
 // registry's guard) still ends the run with a status and run.end.
-func (r *run) safeLoop(ctx context.Context) (err error) {
+func (r *run) safeLoop(ctx context.Context, awaiting *AwaitingCall) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			msg := fmt.Sprintf("internal error: %v", p)
@@ -387,6 +388,12 @@ func (r *run) safeLoop(ctx context.Context) (err error) {
 			err = &stop{status: Failed, answer: "The run failed: " + msg}
 		}
 	}()
+	if awaiting != nil && awaiting.Plan != nil && len(r.st.Iterations) > 0 {
+		// a call that was waiting for approval when the run stopped
+		if err := r.carryOut(ctx, awaiting.Plan, awaiting.Call); err != nil {
+			return err
+		}
+	}
 	return r.loop(ctx)
 }
 
@@ -519,6 +526,13 @@ func (r *run) iterate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return r.carryOut(ctx, plan, call)
+}
+
+// carryOut is the rest of an iteration once its call is chosen: EXECUTE,
+// then OBSERVE (or the end, for submit). A run that goes on after its
+// runner died while a call waited for approval starts here again.
+func (r *run) carryOut(ctx context.Context, plan *Plan, call llm.ToolCall) error {
 	if err := r.execute(ctx, plan, call); err != nil {
 		return err
 	}
@@ -751,9 +765,23 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 	ran := false
 	// Arguments are checked first: nobody is asked to approve a call that
 	// could not run (§5.3 #9). Then the guardrails; then the tool.
-	if verr := reg.Validate(call.Name, call.Arguments); verr != nil {
+	verr := reg.Validate(call.Name, call.Arguments)
+	var v GateVerdict
+	if verr == nil && gate != nil {
+		// Kept with the session while the guardrails decide (a person may
+		// take minutes): a runner that dies meanwhile leaves the call to
+		// the next one, which waits for the same approval.
+		r.st.Awaiting = &AwaitingCall{Call: call, Plan: plan}
+		r.save(ctx)
+		v = r.screen(ctx, gate, call, na, emit)
+		if err := r.contextDone(ctx); err != nil {
+			return err // undecided: the call stays awaiting
+		}
+	}
+	r.st.Awaiting = nil
+	if verr != nil {
 		res = tools.Result{CallID: call.ID, Tool: call.Name, Err: verr}
-	} else if v := r.screen(ctx, gate, call, na, emit); v.Blocked {
+	} else if v.Blocked {
 		res = tools.Result{CallID: call.ID, Tool: call.Name, Err: v.Err}
 	} else {
 		res = reg.Invoke(ctx, r.env, tools.Call{ID: call.ID, Name: call.Name, Arguments: call.Arguments})
@@ -798,7 +826,7 @@ func (r *run) screen(ctx context.Context, gate Gate, call llm.ToolCall, na NextA
 	}
 	spec, _ := r.a.cfg.Tools.Spec(call.Name)
 	v := gate.ScreenCall(ctx, GateCall{RunID: r.st.RunID, SessionID: r.st.SessionID, Agent: r.a.cfg.Name, Goal: r.st.Goal,
-		Iteration: r.st.Iteration, Tool: call.Name, Safety: spec.Safety, Arguments: call.Arguments, Rationale: na.Rationale,
+		Iteration: r.st.Iteration, CallID: call.ID, Tool: call.Name, Safety: spec.Safety, Arguments: call.Arguments, Rationale: na.Rationale,
 		History: append([]*trace.Step(nil), r.history...), Emit: emit})
 	if v.Record != nil {
 		it := r.it()
@@ -875,6 +903,9 @@ func (r *run) finish(ctx context.Context, s *stop) Result {
 // provider accepts.
 func closeDangling(st *State) {
 	answered := map[string]bool{}
+	if st.Awaiting != nil {
+		answered[st.Awaiting.Call.ID] = true // it will be decided and run
+	}
 	for _, p := range st.Pending {
 		answered[p.CallID] = true
 	}

@@ -89,6 +89,9 @@ type State struct {
 	CostUSD           float64              `json:"cost_usd"`
 	CostByPhase       map[string]float64   `json:"cost_by_phase,omitempty"`
 	Breaker           BreakerState         `json:"breaker"`
+	// Awaiting is a call the guardrails were deciding on (an approval)
+	// when the run last saved.
+	Awaiting *AwaitingCall `json:"awaiting,omitempty"`
 	// Pending are results of calls executed but not yet shown to the model
 	// (the run stopped between EXECUTE and OBSERVE); a resume delivers them.
 	Pending     []llm.ToolResult  `json:"pending,omitempty"`
@@ -112,6 +115,12 @@ func NewID() string {
 
 // ErrSessionNotFound is returned for an unknown session id.
 var ErrSessionNotFound = errors.New("no such session")
+
+// AwaitingCall is a chosen call not yet decided on.
+type AwaitingCall struct {
+	Call llm.ToolCall `json:"call"`
+	Plan *Plan        `json:"plan"`
+}
 
 // RunCounters are one run's spent budgets.
 type RunCounters struct {

@@ -2,6 +2,8 @@ package guardrails
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -80,6 +82,7 @@ func New(cfg Config, approver Approver, workspace string) *Gateway {
 type Call struct {
 	RunID, SessionID, Agent, Goal string
 	Iteration                     int
+	CallID                        string
 	Tool                          string
 	Safety                        tools.Safety
 	Arguments                     json.RawMessage
@@ -193,7 +196,7 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	if d.Tier < g.cfg.ApprovalThreshold {
 		return d
 	}
-	req := ApprovalRequest{ID: agent.NewID(), Tool: c.Tool, Arguments: args, Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
+	req := ApprovalRequest{ID: approvalID(c.RunID, c.CallID), Tool: c.Tool, Arguments: args, Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
 		Iteration: c.Iteration, Goal: c.Goal, Rationale: c.Rationale, Agent: c.Agent}
 	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID})
 	start := time.Now()
@@ -215,6 +218,17 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	}
 	d.ApprovedBy = ans.By
 	return d
+}
+
+// approvalID names a call's approval the same way every time it is asked
+// for (a run that goes on after its runner died asks again, and finds the
+// decision or the pending request).
+func approvalID(runID, callID string) string {
+	if runID == "" || callID == "" {
+		return agent.NewID()
+	}
+	sum := sha256.Sum256([]byte(runID + "\x00" + callID))
+	return hex.EncodeToString(sum[:6])
 }
 
 // tier resolves a call's tier before findings: downgrade wins outright,
@@ -363,7 +377,7 @@ func (g *Gateway) Result(tool, text string, emit Emit) (string, *Decision) {
 // ScreenCall implements agent.Gate.
 func (g *Gateway) ScreenCall(ctx context.Context, c agent.GateCall) agent.GateVerdict {
 	d := g.Screen(ctx, Call{RunID: c.RunID, SessionID: c.SessionID, Agent: c.Agent, Goal: c.Goal, Iteration: c.Iteration,
-		Tool: c.Tool, Safety: c.Safety, Arguments: c.Arguments, Rationale: c.Rationale, History: c.History}, c.Emit)
+		CallID: c.CallID, Tool: c.Tool, Safety: c.Safety, Arguments: c.Arguments, Rationale: c.Rationale, History: c.History}, c.Emit)
 	v := agent.GateVerdict{Blocked: d.Blocked, Record: d, WaitMS: d.WaitMS}
 	if d.Blocked {
 		v.Err = d.Error()
