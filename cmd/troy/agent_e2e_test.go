@@ -385,3 +385,17 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// The README's governed example: a credential read is blocked before any
+// approver, the DANGER delete is denied without a terminal, the report stays.
+func TestAgentGuardedExample(t *testing.T) {
+	root := repoRoot(t)
+	dir := t.TempDir()
+	ws := t.TempDir()
+	r := troy(t, dir, "agent", "run", filepath.Join(root, "examples/agents/guarded.yaml"), "Write a status report, then clean up", "--workspace", ws)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "blocked execute_code: matched EXF008")
+	assert.Contains(t, r.stderr, "approval needed: DANGER call to file_system")
+	assert.Contains(t, r.stderr, "denied by policy")
+	assert.FileExists(t, filepath.Join(ws, "report.md"), "the denied delete did not happen")
+}
