@@ -338,11 +338,27 @@ func mustTopology() *pipelines.Topology {
 
 // submitAgent queues the request for an agent-runner and follows the run.
 func submitAgent(ctx context.Context, st *stack, req agentrun.Request, con *console) (agentrun.Outcome, error) {
-	stop, err := agentrun.Follow(ctx, st.js, req.RunID, func(ev agent.Event) bool { con.Emit(ev); return true })
+	ended := make(chan struct{})
+	var once sync.Once
+	stop, err := agentrun.Follow(ctx, st.js, req.RunID, func(ev agent.Event) bool {
+		con.Emit(ev)
+		if ev.Type == agent.EventRunEnd {
+			once.Do(func() { close(ended) })
+		}
+		return true
+	})
 	if err != nil {
 		return agentrun.Outcome{}, err
 	}
 	defer stop()
+	// The result and the events come through different consumers: show
+	// the run to its end before the result.
+	defer func() {
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+		}
+	}()
 	b, err := json.Marshal(req)
 	if err != nil {
 		return agentrun.Outcome{}, err
@@ -530,6 +546,13 @@ func newAgentShowCmd(g *globalFlags) *cobra.Command {
 						return err
 					}
 					fmt.Fprint(out, agent.Markdown(evs))
+					tel := &agent.Telemetry{}
+					for _, ev := range evs {
+						tel.Emit(ev)
+					}
+					o := tel.Overview()
+					fmt.Fprintf(out, "\n*%d model calls %v, %d tool calls (%.0f%% ok), %d blocked, $%.4f, %.1fs waiting for people*\n",
+						o["llm_requests"], tel.LLMPhase, o["tool_calls"], 100*o["tool_success_rate"].(float64), o["blocked_calls"], o["total_cost_usd"], o["idle_wait_s"])
 					return nil
 				}
 				done := make(chan struct{})

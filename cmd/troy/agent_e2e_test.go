@@ -56,6 +56,7 @@ func TestAgentOfflineExample(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "# Run `"+run+"`")
 	assert.Contains(t, r.stdout, "## Outcome: complete")
+	assert.Contains(t, r.stdout, "*8 model calls map[act:3 analyze:3 observe:2], 3 tool calls (100% ok), 0 blocked")
 
 	r = troy(t, dir, "agent", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
