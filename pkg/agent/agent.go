@@ -121,6 +121,8 @@ type GateCall struct {
 	// History is the run's trace so far.
 	History []*trace.Step
 	Emit    func(typ string, data map[string]any)
+	// BeforeWait is called before the gate waits for a person.
+	BeforeWait func()
 }
 
 // GateVerdict is a screening's outcome.
@@ -768,12 +770,11 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 	verr := reg.Validate(call.Name, call.Arguments)
 	var v GateVerdict
 	if verr == nil && gate != nil {
-		// Kept with the session while the guardrails decide (a person may
-		// take minutes): a runner that dies meanwhile leaves the call to
-		// the next one, which waits for the same approval.
+		// Kept with the session while a person decides (minutes, maybe):
+		// a runner that dies meanwhile leaves the call to the next one,
+		// which waits for the same approval.
 		r.st.Awaiting = &AwaitingCall{Call: call, Plan: plan}
-		r.save(ctx)
-		v = r.screen(ctx, gate, call, na, emit)
+		v = r.screen(ctx, gate, call, na, emit, func() { r.save(ctx) })
 		if err := r.contextDone(ctx); err != nil {
 			return err // undecided: the call stays awaiting
 		}
@@ -820,14 +821,14 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 }
 
 // screen asks the gate about a call; without a gate everything runs.
-func (r *run) screen(ctx context.Context, gate Gate, call llm.ToolCall, na NextAction, emit func(string, map[string]any)) GateVerdict {
+func (r *run) screen(ctx context.Context, gate Gate, call llm.ToolCall, na NextAction, emit func(string, map[string]any), beforeWait func()) GateVerdict {
 	if gate == nil {
 		return GateVerdict{}
 	}
 	spec, _ := r.a.cfg.Tools.Spec(call.Name)
 	v := gate.ScreenCall(ctx, GateCall{RunID: r.st.RunID, SessionID: r.st.SessionID, Agent: r.a.cfg.Name, Goal: r.st.Goal,
 		Iteration: r.st.Iteration, CallID: call.ID, Tool: call.Name, Safety: spec.Safety, Arguments: call.Arguments, Rationale: na.Rationale,
-		History: append([]*trace.Step(nil), r.history...), Emit: emit})
+		History: append([]*trace.Step(nil), r.history...), Emit: emit, BeforeWait: beforeWait})
 	if v.Record != nil {
 		it := r.it()
 		it.SafetyChecks = append(it.SafetyChecks, v.Record)

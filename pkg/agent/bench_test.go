@@ -48,7 +48,8 @@ func BenchmarkIteration(b *testing.B) {
 	}
 	m := &instant{plan: P("s1", "noop").Text, eval: E("partial", "the no-op call answered ok", "in_progress").Text}
 	a, err := agent.New(agent.Config{Model: m, Tools: reg, Workspace: b.TempDir(), Sink: agent.SinkFunc(func(agent.Event) {}),
-		Budget: agent.Budget{MaxIterations: perRun}})
+		Budget:  agent.Budget{MaxIterations: perRun},
+		Breaker: agent.Breaker{MaxIdenticalToolCalls: 1000, MaxStalledIterations: 1000}}) // it repeats itself on purpose
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,7 +41,8 @@ func BenchmarkIterationOnBus(b *testing.B) {
 		b.Fatal(err)
 	}
 	r.Providers.Register("instant", func(llm.ProviderConfig) (llm.Provider, error) { return instant{}, nil })
-	cfg := json.RawMessage(`{"name": "bench", "llm": {"provider": "instant"}, "tools": ["scratchpad", "submit"], "budget": {"max_iterations": 20}}`)
+	cfg := json.RawMessage(`{"name": "bench", "llm": {"provider": "instant"}, "tools": ["scratchpad", "submit"], "budget": {"max_iterations": 20},
+		"circuit_breaker": {"max_identical_tool_calls": 1000, "max_stalled_iterations": 1000}}`)
 	ws := b.TempDir()
 	iters := 0
 	b.ReportAllocs()

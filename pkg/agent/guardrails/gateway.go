@@ -89,6 +89,8 @@ type Call struct {
 	Rationale                     string
 	// History is the run's trace so far, for the live policy guard.
 	History []*trace.Step
+	// BeforeWait runs before the approver is asked (nil: nothing).
+	BeforeWait func()
 }
 
 // Decision is a screened call's verdict, kept in the run's record.
@@ -199,6 +201,9 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	req := ApprovalRequest{ID: approvalID(c.RunID, c.CallID), Tool: c.Tool, Arguments: args, Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
 		Iteration: c.Iteration, Goal: c.Goal, Rationale: c.Rationale, Agent: c.Agent}
 	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID})
+	if c.BeforeWait != nil {
+		c.BeforeWait()
+	}
 	start := time.Now()
 	ans, err := g.approver.Approve(ctx, req)
 	d.WaitMS = time.Since(start).Milliseconds()
@@ -377,7 +382,8 @@ func (g *Gateway) Result(tool, text string, emit Emit) (string, *Decision) {
 // ScreenCall implements agent.Gate.
 func (g *Gateway) ScreenCall(ctx context.Context, c agent.GateCall) agent.GateVerdict {
 	d := g.Screen(ctx, Call{RunID: c.RunID, SessionID: c.SessionID, Agent: c.Agent, Goal: c.Goal, Iteration: c.Iteration,
-		CallID: c.CallID, Tool: c.Tool, Safety: c.Safety, Arguments: c.Arguments, Rationale: c.Rationale, History: c.History}, c.Emit)
+		CallID: c.CallID, Tool: c.Tool, Safety: c.Safety, Arguments: c.Arguments, Rationale: c.Rationale, History: c.History,
+		BeforeWait: c.BeforeWait}, c.Emit)
 	v := agent.GateVerdict{Blocked: d.Blocked, Record: d, WaitMS: d.WaitMS}
 	if d.Blocked {
 		v.Err = d.Error()
