@@ -13,6 +13,7 @@ const (
 	StreamViolations  = "TROY_VIOLATIONS"
 	StreamAgentRuns   = "TROY_AGENT_RUNS"
 	StreamAgentEvents = "TROY_AGENT_EVENTS"
+	StreamLedger      = "LEDGER"
 	StreamDlq         = "TROY_DLQ"
 )
 

@@ -42,6 +42,10 @@ type Stream struct {
 	// AllowDirect lets clients read single messages without a stream API
 	// round trip through the meta layer (the streamer's log lookups).
 	AllowDirect bool `json:"allow_direct,omitempty"`
+	// Sealed history: messages cannot be deleted nor the stream purged
+	// (the ledger). Rollups stay off for every stream.
+	DenyDelete bool `json:"deny_delete,omitempty"`
+	DenyPurge  bool `json:"deny_purge,omitempty"`
 }
 
 // Consumer is one durable pull consumer, named for the service that reads it.

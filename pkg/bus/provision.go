@@ -104,6 +104,8 @@ func streamConfig(s pipelines.Stream) (jetstream.StreamConfig, error) {
 		MaxAge:      s.MaxAge.Duration,
 		Duplicates:  s.DuplicateWindow.Duration,
 		AllowDirect: s.AllowDirect,
+		DenyDelete:  s.DenyDelete,
+		DenyPurge:   s.DenyPurge,
 	}
 	switch s.Retention {
 	case "limits", "":

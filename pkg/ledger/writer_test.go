@@ -1,0 +1,56 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/ledger"
+)
+
+func TestWriterChainsFencesAndIsSealed(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	w, err := ledger.Open(ctx, srv.JS, "run1", "runner-a")
+	require.NoError(t, err)
+	stale, err := ledger.Open(ctx, srv.JS, "run1", "runner-b") // opened before a writes
+	require.NoError(t, err)
+	for i := range 3 {
+		seq, _, err := w.Append(ctx, "iteration", map[string]any{"i": i})
+		require.NoError(t, err)
+		assert.Equal(t, uint64(i+1), seq)
+	}
+	_, err = ledger.Open(ctx, srv.JS, "other", "runner-a")
+	require.NoError(t, err)
+
+	_, _, err = stale.Append(ctx, "iteration", map[string]any{"forged": true})
+	assert.ErrorIs(t, err, ledger.ErrFenced, "a second writer cannot fork the chain")
+
+	entries, err := ledger.Read(ctx, srv.JS, "run1")
+	require.NoError(t, err)
+	require.Len(t, entries, 3)
+	head, err := ledger.Verify(entries)
+	require.NoError(t, err)
+	_, h := w.Head()
+	assert.Equal(t, h, head)
+
+	// A writer opened later goes on from the head.
+	w2, err := ledger.Open(ctx, srv.JS, "run1", "runner-c")
+	require.NoError(t, err)
+	seq, _, err := w2.Append(ctx, "run_end", map[string]any{"status": "complete"})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(4), seq)
+	entries, _ = ledger.Read(ctx, srv.JS, "run1")
+	_, err = ledger.Verify(entries)
+	require.NoError(t, err)
+
+	s, err := srv.JS.Stream(ctx, ledger.Stream)
+	require.NoError(t, err)
+	assert.Error(t, s.DeleteMsg(ctx, 1), "records cannot be deleted")
+	assert.Error(t, s.Purge(ctx), "the ledger cannot be purged")
+	entries, _ = ledger.Read(ctx, srv.JS, "run1")
+	assert.Len(t, entries, 4)
+}
