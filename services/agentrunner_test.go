@@ -23,6 +23,7 @@ import (
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/llm/llmtest"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/services/agentrunner"
@@ -166,6 +167,19 @@ func TestAgentRunIsAuditedWhileItRuns(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, n, "the runner's metrics count the run")
 	assert.Equal(t, 1.0, counterValue(t, reg, "troy_agent_runs_total", "complete"))
+	// The decisions are in the run's ledger, chained.
+	entries, err := ledger.Read(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	_, err = ledger.Verify(entries)
+	require.NoError(t, err)
+	var kinds []string
+	for _, e := range entries {
+		r, _ := ledger.Decode(e)
+		kinds = append(kinds, r.Kind)
+	}
+	assert.Equal(t, []string{"iteration", "iteration", "run_end"}, kinds)
+	last, _ := ledger.Decode(entries[len(entries)-1])
+	assert.Equal(t, "complete", last.Data["status"])
 	lines, err := os.ReadFile(filepath.Join(filepath.Dir(ws), "events.jsonl"))
 	require.NoError(t, err)
 	assert.Equal(t, len(evs), bytes.Count(lines, []byte("\n")), "the events file has every event the bus has")
@@ -234,6 +248,17 @@ func TestAgentRunnerStoppedMidRunIsResumedByAnother(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []bool{false, true}, starts)
+	entries, err := ledger.Read(ctx, srv.JS, req.RunID)
+	require.NoError(t, err)
+	_, err = ledger.Verify(entries)
+	require.NoError(t, err, "the second runner goes on with the same chain")
+	ends := 0
+	for _, e := range entries {
+		if r, _ := ledger.Decode(e); r.Kind == "run_end" {
+			ends++
+		}
+	}
+	assert.Equal(t, 1, ends, "one end, written by the runner that ended the run")
 }
 
 func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {

@@ -279,6 +279,7 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		// at the terminal decide what needs approval (denied without one).
 		runner.Env = spec.EnvThen(dotEnvLookup())
 		runner.Settings = runner.Env
+		runner.WriterName = writerName("troy-agent")
 		if runner.ProviderPolicy, err = operatorProviderPolicy(); err != nil {
 			return codeError{agentUsage, err}
 		}
@@ -638,4 +639,10 @@ func newAgentStatsCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().DurationVar(&since, "since", 24*time.Hour, "how far back")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
 	return cmd
+}
+
+// writerName names this process in the ledger records it writes.
+func writerName(role string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s@%s/%d", role, host, os.Getpid())
 }

@@ -58,6 +58,13 @@ func TestAgentOfflineExample(t *testing.T) {
 	assert.Contains(t, r.stdout, "## Outcome: complete")
 	assert.Contains(t, r.stdout, "*8 model calls map[act:3 analyze:3 observe:2], 3 tool calls (100% ok), 0 blocked")
 
+	r = troy(t, dir, "ledger", "verify", run)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, run+": ok, 4 records")
+	r = troy(t, dir, "ledger", "show", run)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"kind":"run_end"`)
+
 	r = troy(t, dir, "agent", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "model calls: 8 (100% ok")

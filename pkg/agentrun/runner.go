@@ -104,6 +104,8 @@ type Runner struct {
 	// Approver decides calls whose config names no approver (the CLI's
 	// terminal); nil denies them.
 	Approver guardrails.Approver
+	// WriterName signs the ledger records this runner writes.
+	WriterName string
 	// Stopping reports that the runner is shutting down (nil: never).
 	Stopping func() bool
 	// Env resolves ${VAR} in configs (nil: none is resolved). A runner that
@@ -210,7 +212,8 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return (ev.Type == agent.EventRunEnd || ev.Type == agent.EventRunCancelled) && interrupted(agent.Cancelled)
 	}
 	events := &Events{JS: r.JS, Hold: hold}
-	sinks := Sinks{events}
+	decisions := &Decisions{JS: r.JS, Writer: r.WriterName, Hold: hold}
+	sinks := Sinks{events, decisions}
 	if r.Metrics != nil {
 		sinks = append(sinks, r.Metrics)
 	}
@@ -326,7 +329,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		return Outcome{}, ErrInterrupted
 	}
 	out := Outcome{Result: res, Agent: file.Name, PolicyHash: hash}
-	out.Problems = append(append(append(res.Problems, events.Flush(fctx)...), sinkProblems...), quotaProblem...)
+	out.Problems = append(append(append(append(res.Problems, events.Flush(fctx)...), sinkProblems...), quotaProblem...), decisions.Errors()...)
 	if feed != nil {
 		feed.Flush(fctx)
 		out.Problems = append(out.Problems, feed.Errors()...)

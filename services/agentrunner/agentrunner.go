@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,8 @@ func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Servic
 		return nil, err
 	}
 	r.Env, r.Settings, r.ProviderPolicy = cfg.Env, cfg.Settings, cfg.ProviderPolicy
+	host, _ := os.Hostname()
+	r.WriterName = fmt.Sprintf("agent-runner@%s/%d", host, os.Getpid())
 	if cfg.Registerer != nil {
 		if r.Metrics, err = agentrun.NewMetrics(cfg.Registerer); err != nil {
 			return nil, err
