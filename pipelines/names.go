@@ -4,17 +4,18 @@ package pipelines
 
 // Streams.
 const (
-	StreamIngest      = "TROY_INGEST"
-	StreamSteps       = "TROY_STEPS"
-	StreamTraces      = "TROY_TRACES"
-	StreamGraphs      = "TROY_GRAPHS"
-	StreamResults     = "TROY_RESULTS"
-	StreamOutcomes    = "TROY_OUTCOMES"
-	StreamViolations  = "TROY_VIOLATIONS"
-	StreamAgentRuns   = "TROY_AGENT_RUNS"
-	StreamAgentEvents = "TROY_AGENT_EVENTS"
-	StreamLedger      = "LEDGER"
-	StreamDlq         = "TROY_DLQ"
+	StreamIngest            = "TROY_INGEST"
+	StreamSteps             = "TROY_STEPS"
+	StreamTraces            = "TROY_TRACES"
+	StreamGraphs            = "TROY_GRAPHS"
+	StreamResults           = "TROY_RESULTS"
+	StreamOutcomes          = "TROY_OUTCOMES"
+	StreamViolations        = "TROY_VIOLATIONS"
+	StreamAgentRuns         = "TROY_AGENT_RUNS"
+	StreamAgentEvents       = "TROY_AGENT_EVENTS"
+	StreamLedger            = "LEDGER"
+	StreamLedgerCheckpoints = "LEDGER_CHECKPOINTS"
+	StreamDlq               = "TROY_DLQ"
 )
 
 // Durable consumers, one per stage or forwarder.

@@ -596,6 +596,10 @@ func withBus(cmd *cobra.Command, g *globalFlags, fn func(ctx context.Context, st
 	}
 	defer st.Close(10 * time.Second)
 	if err := fn(ctx, st); err != nil {
+		var ce codeError
+		if errors.As(err, &ce) {
+			return err // it chose its exit code
+		}
 		return codeError{agentNotDone, err}
 	}
 	return nil

@@ -407,3 +407,29 @@ func TestAgentGuardedExample(t *testing.T) {
 	assert.Contains(t, r.stderr, "denied by policy")
 	assert.FileExists(t, filepath.Join(ws, "report.md"), "the denied delete did not happen")
 }
+
+// A run's ledger verifies, chain and log, against a checkpoint signed with
+// troy ledger keygen's key; a checkpoint signed with another key does not.
+func TestLedgerCheckpointEndToEnd(t *testing.T) {
+	root := repoRoot(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "ledger", "keygen", "--name", "e2e", "-o", "key")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pub"), []byte(r.stdout), 0o644))
+	r = troy(t, dir, "agent", "run", filepath.Join(root, "examples/agents/offline.yaml"), "Profile examples/data/sales.csv", "--workspace", root)
+	require.Equal(t, 0, r.code, r.stderr)
+	r = troy(t, dir, "ledger", "checkpoint", "--key", "key")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, "troy-ledger/e2e\n4\n"), r.stdout)
+	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	assert.Contains(t, r.stdout, "log: ok, 4 entries, consistent with the checkpoint of 4 signed by e2e")
+
+	r = troy(t, dir, "ledger", "keygen", "--name", "e2e", "-o", "other")
+	require.Equal(t, 0, r.code)
+	r = troy(t, dir, "ledger", "checkpoint", "--key", "other")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub")
+	assert.Equal(t, 2, r.code, "the newest checkpoint is not the log's: %s", r.stdout)
+	assert.Contains(t, r.stdout, "bad_signature")
+}

@@ -1,0 +1,175 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/transparency-dev/formats/log"
+	"github.com/transparency-dev/merkle/compact"
+	"github.com/transparency-dev/merkle/rfc6962"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/troy-audit/troy/pipelines"
+)
+
+// CheckpointStream keeps the signed checkpoints.
+const CheckpointStream = pipelines.StreamLedgerCheckpoints
+
+// CheckpointSubject is where checkpoints are published.
+const CheckpointSubject = "troy.checkpoints.ledger"
+
+// Origin names troy's ledger log in its checkpoints.
+func Origin(name string) string { return "troy-ledger/" + name }
+
+// GenerateKey makes an Ed25519 signing key for checkpoints, in the note
+// format (a private "PRIVATE+KEY+name+…" and a public "name+hash+…").
+func GenerateKey(name string) (signer, verifier string, err error) {
+	return note.GenerateKey(rand.Reader, name)
+}
+
+// LoadSigner reads a private key (the note format) from a file, or from
+// the value itself when it starts with PRIVATE+KEY+.
+func LoadSigner(keyOrFile string) (note.Signer, error) {
+	key := strings.TrimSpace(keyOrFile)
+	if !strings.HasPrefix(key, "PRIVATE+KEY+") {
+		b, err := os.ReadFile(keyOrFile)
+		if err != nil {
+			return nil, fmt.Errorf("ledger key: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	s, err := note.NewSigner(key)
+	if err != nil {
+		return nil, fmt.Errorf("ledger key: %w (make one with troy ledger keygen)", err)
+	}
+	return s, nil
+}
+
+// LoadVerifier reads a public key (the note format) from a file or value.
+func LoadVerifier(keyOrFile string) (note.Verifier, error) {
+	key := strings.TrimSpace(keyOrFile)
+	if _, err := os.Stat(keyOrFile); err == nil {
+		b, err := os.ReadFile(keyOrFile)
+		if err != nil {
+			return nil, fmt.Errorf("ledger public key: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	v, err := note.NewVerifier(key)
+	if err != nil {
+		return nil, fmt.Errorf("ledger public key: %w", err)
+	}
+	return v, nil
+}
+
+var hasher = rfc6962.DefaultHasher
+
+// Root is the RFC 6962 Merkle root over entries, in stream order.
+func Root(entries [][]byte) ([]byte, error) {
+	rf := compact.RangeFactory{Hash: hasher.HashChildren}
+	r := rf.NewEmptyRange(0)
+	for _, e := range entries {
+		if err := r.Append(hasher.HashLeaf(e), nil); err != nil {
+			return nil, err
+		}
+	}
+	if len(entries) == 0 {
+		return hasher.EmptyRoot(), nil
+	}
+	return r.GetRootHash(nil)
+}
+
+// Sign makes a signed checkpoint over entries (every entry of the LEDGER
+// stream, in stream order).
+func Sign(signer note.Signer, entries [][]byte) ([]byte, error) {
+	root, err := Root(entries)
+	if err != nil {
+		return nil, err
+	}
+	cp := log.Checkpoint{Origin: Origin(signer.Name()), Size: uint64(len(entries)), Hash: root}
+	return note.Sign(&note.Note{Text: string(cp.Marshal())}, signer)
+}
+
+// CheckAgainst verifies a signed checkpoint and that entries (the whole
+// stream, in order) still hold what it committed to: same first Size
+// entries, none missing at the tail. Faults: bad_signature, tail_cut,
+// tree_mismatch.
+func CheckAgainst(checkpoint []byte, verifier note.Verifier, entries [][]byte) (*log.Checkpoint, error) {
+	cp, _, _, err := log.ParseCheckpoint(checkpoint, Origin(verifier.Name()), verifier)
+	if err != nil {
+		return nil, &Fault{Kind: "bad_signature", Msg: err.Error()}
+	}
+	if uint64(len(entries)) < cp.Size {
+		return cp, &Fault{Index: len(entries), Kind: "tail_cut",
+			Msg: fmt.Sprintf("the log has %d entries; the checkpoint signed %d (entries were removed)", len(entries), cp.Size)}
+	}
+	root, err := Root(entries[:cp.Size])
+	if err != nil {
+		return cp, err
+	}
+	if !bytes.Equal(root, cp.Hash) {
+		return cp, &Fault{Kind: "tree_mismatch",
+			Msg: fmt.Sprintf("the first %d entries do not hash to the signed root: the log was changed after it was checkpointed", cp.Size)}
+	}
+	return cp, nil
+}
+
+// ReadAll returns every entry of the LEDGER stream in order.
+func ReadAll(ctx context.Context, js jetstream.JetStream) ([][]byte, error) {
+	s, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, &Fault{Index: len(out), Kind: "tail_cut", Msg: fmt.Sprintf("stream sequence %d is missing", seq)}
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m.Data)
+	}
+	return out, nil
+}
+
+// PublishCheckpoint signs the whole stream as it stands and stores the
+// checkpoint.
+func PublishCheckpoint(ctx context.Context, js jetstream.JetStream, signer note.Signer) ([]byte, error) {
+	entries, err := ReadAll(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := Sign(signer, entries)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.Publish(ctx, CheckpointSubject, cp); err != nil {
+		return nil, fmt.Errorf("ledger: publishing a checkpoint: %w", err)
+	}
+	return cp, nil
+}
+
+// LatestCheckpoint is the newest stored checkpoint.
+func LatestCheckpoint(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+	s, err := js.Stream(ctx, CheckpointStream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, CheckpointSubject)
+	if err != nil {
+		return nil, fmt.Errorf("no checkpoint yet: %w", err)
+	}
+	return m.Data, nil
+}
