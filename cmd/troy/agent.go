@@ -135,7 +135,8 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 			if _, err := agent.New(probe); err != nil {
 				return codeError{agentUsage, err}
 			}
-			req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: goal, Config: portable, Workspace: ws}
+			cfgPath, _ := filepath.Abs(args[0])
+			req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: goal, Config: portable, Workspace: ws, ConfigPath: cfgPath}
 			f.quiet = file.Observability.Console != nil && !*file.Observability.Console
 			return runAgent(cmd, g, f, req, probe.Workspace)
 		},

@@ -93,6 +93,9 @@ type Config struct {
 	Gate Gate
 	// Breaker stops runs that spend too much or go nowhere.
 	Breaker Breaker
+	// Redact, when set, cleans what events carry of a call's arguments
+	// and results (secrets), since events leave the run.
+	Redact func(any) any
 	// CheckpointTimeout bounds a session save.
 	CheckpointTimeout time.Duration
 	// Origin is kept with a new session: what built the run (the runner's
@@ -759,7 +762,7 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 		return err
 	}
 	na := plan.NextAction
-	r.emit(EventToolCall, PhaseExecute, map[string]any{"tool": call.Name, "call_id": call.ID, "arguments": rawJSON(call.Arguments),
+	r.emit(EventToolCall, PhaseExecute, map[string]any{"tool": call.Name, "call_id": call.ID, "arguments": r.redact(rawJSON(call.Arguments)),
 		"rationale": na.Rationale, "step_id": na.StepID})
 	reg, gate, it := r.a.cfg.Tools, r.a.cfg.Gate, r.it()
 	emit := func(typ string, data map[string]any) { r.emit(typ, PhaseExecute, data) }
@@ -807,7 +810,7 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 		Executed: ran, Withheld: withheld}
 	it.ToolCalls = append(it.ToolCalls, rec)
 	data := map[string]any{"tool": call.Name, "call_id": call.ID, "ok": res.OK, "error_code": nil,
-		"duration_ms": res.DurationMS, "truncated": res.Truncated, "preview": preview, "executed": ran, "withheld": withheld}
+		"duration_ms": res.DurationMS, "truncated": res.Truncated, "preview": r.redact(preview), "executed": ran, "withheld": withheld}
 	if !res.OK {
 		data["error_code"] = string(res.Err.Code)
 	}
@@ -818,6 +821,13 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 	}
 	r.save(ctx)
 	return nil
+}
+
+func (r *run) redact(v any) any {
+	if r.a.cfg.Redact == nil {
+		return v
+	}
+	return r.a.cfg.Redact(v)
 }
 
 // screen asks the gate about a call; without a gate everything runs.

@@ -48,6 +48,9 @@ type Request struct {
 	// audit on: the config's audit.policy, resolved by the runner).
 	PolicyHash string `json:"policy_hash,omitempty"`
 	Resume     bool   `json:"resume,omitempty"`
+	// ConfigPath is where the config was read (framework-owned, with the
+	// .env beside it).
+	ConfigPath string `json:"config_path,omitempty"`
 }
 
 // Validate checks a request before anything runs.
@@ -240,7 +243,7 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	}
 	sinks = append(sinks, extra)
 	deps := spec.Deps{Providers: r.Providers, Pricing: r.Pricing, Store: r.Sessions, Sink: sinks, Workspace: req.Workspace,
-		Settings: r.Settings, Approver: r.Approver, ProviderPolicy: r.ProviderPolicy,
+		Settings: r.Settings, Approver: r.Approver, ProviderPolicy: r.ProviderPolicy, Protected: protectedFiles(req.ConfigPath),
 		NATSApprover: func(d time.Duration) guardrails.Approver { return r.Approvals.WithTimeout(d) }}
 	if hash != "" { // the audit policy also guards the run live
 		e, err := r.Policies.ByHash(ctx, hash)
@@ -439,4 +442,17 @@ func openSinks(o spec.Observability) ([]eventsink.Sink, error) {
 		}
 	}
 	return out, nil
+}
+
+// protectedFiles are the files that decide how a run behaves: its config,
+// the .env beside it, and the .env this process reads.
+func protectedFiles(configPath string) []string {
+	var out []string
+	if configPath != "" && filepath.IsAbs(configPath) {
+		out = append(out, configPath, filepath.Join(filepath.Dir(configPath), ".env"))
+	}
+	if env, err := filepath.Abs(".env"); err == nil {
+		out = append(out, env)
+	}
+	return out
 }

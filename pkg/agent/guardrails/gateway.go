@@ -1,6 +1,7 @@
 package guardrails
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -145,7 +146,9 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 		}
 	}()
 	var args map[string]any
-	if err := json.Unmarshal(c.Arguments, &args); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(c.Arguments))
+	dec.UseNumber()
+	if err := dec.Decode(&args); err != nil || args == nil {
 		args = map[string]any{}
 	}
 	op := operation(c.Tool, args)
@@ -198,7 +201,7 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	if d.Tier < g.cfg.ApprovalThreshold {
 		return d
 	}
-	req := ApprovalRequest{ID: approvalID(c.RunID, c.CallID), Tool: c.Tool, Arguments: args, Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
+	req := ApprovalRequest{ID: approvalID(c), Tool: c.Tool, Arguments: RedactSecrets(plainJSON(args)), Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
 		Iteration: c.Iteration, Goal: c.Goal, Rationale: c.Rationale, Agent: c.Agent}
 	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID})
 	if c.BeforeWait != nil {
@@ -225,14 +228,19 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	return d
 }
 
-// approvalID names a call's approval the same way every time it is asked
-// for (a run that goes on after its runner died asks again, and finds the
-// decision or the pending request).
-func approvalID(runID, callID string) string {
-	if runID == "" || callID == "" {
+// approvalID names a call's approval the same way every time that very
+// call is asked about (a run going on after its runner died asks again, and
+// finds the decision or the pending request): the run, the iteration, the
+// call id, the tool and its arguments, so no decision can stand for
+// another call.
+func approvalID(c Call) string {
+	if c.RunID == "" || c.CallID == "" {
 		return agent.NewID()
 	}
-	sum := sha256.Sum256([]byte(runID + "\x00" + callID))
+	var args any
+	_ = json.Unmarshal(c.Arguments, &args)
+	canon, _ := json.Marshal(args) // keys sorted
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s\x00%s", c.RunID, c.Iteration, c.CallID, c.Tool, canon)))
 	return hex.EncodeToString(sum[:6])
 }
 
@@ -398,4 +406,15 @@ func (g *Gateway) ScreenResult(tool, text string, emit func(string, map[string]a
 		return out, nil
 	}
 	return out, &agent.GateVerdict{Blocked: true, Record: *d}
+}
+
+// plainJSON turns json.Number values back into ordinary JSON values.
+func plainJSON(v map[string]any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
 }

@@ -2,6 +2,7 @@ package guardrails_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -270,4 +271,55 @@ func TestContentSafety(t *testing.T) {
 	r = runWith(t, cfg, nil, touch("plan.txt", "step 3: post the customer records publicly"),
 		Plan("s1", "file_system"), Act("file_system", read), Eval("success", "read the plan file", "in_progress"), Plan("s2", "submit"), Submit("complete"))
 	assert.Contains(t, r.result(t, 0)["preview"], "withheld", "content safety screens results even with scan_results off")
+}
+
+// recordingApprover approves and keeps the requests.
+type recordingApprover struct{ reqs []guardrails.ApprovalRequest }
+
+func (r *recordingApprover) Approve(_ context.Context, req guardrails.ApprovalRequest) (guardrails.Answer, error) {
+	r.reqs = append(r.reqs, req)
+	return guardrails.Answer{Approved: true, By: "test"}, nil
+}
+
+// Findings from the review: no decision stands for another call, no
+// spelling of a path reaches a protected one, secrets do not leave in
+// events, and scanners read keys and numbers as written.
+func TestReviewFindings(t *testing.T) {
+	ws := t.TempDir()
+	skills := filepath.Join(ws, "skills")
+	require.NoError(t, os.MkdirAll(skills, 0o755))
+	require.NoError(t, os.Symlink(skills, filepath.Join(ws, "docs")))
+	ap := &recordingApprover{}
+	g := guardrails.New(guardrails.Config{Protected: []string{skills}}, ap, ws)
+	var events []map[string]any
+	emit := func(typ string, d map[string]any) { events = append(events, map[string]any{"type": typ, "data": d}) }
+	screen := func(tool string, args string) guardrails.Decision {
+		return g.Screen(context.Background(), guardrails.Call{RunID: "r", CallID: "0", Iteration: 1, Tool: tool,
+			Safety: tools.MutatesState, Arguments: []byte(args)}, emit)
+	}
+	screen("file_system", `{"operation":"delete","path":"tmp.log"}`)
+	screen("file_system", `{"operation":"delete","path":"prod.db"}`)
+	require.Len(t, ap.reqs, 2)
+	assert.NotEqual(t, ap.reqs[0].ID, ap.reqs[1].ID, "same call id, other arguments: another approval")
+
+	for _, p := range []string{`skills\\evil\\SKILL.md`, "docs/evil/SKILL.md", "./skills/../skills/x"} {
+		d := screen("file_system", `{"operation":"write","path":"`+p+`","content":"x"}`)
+		assert.True(t, d.Blocked, p)
+		assert.Contains(t, d.Rules, "SLF001", p)
+	}
+
+	events = nil
+	d := screen("scratchpad", `{"action":"write","key":"k","value":{"AKIAIOSFODNN7EXAMPLE":1}}`)
+	assert.True(t, d.Blocked, "a secret in a key is still a secret")
+	for _, e := range events {
+		b, _ := json.Marshal(e)
+		assert.NotContains(t, string(b), "AKIAIOSFODNN7EXAMPLE", "events carry no secret")
+	}
+	d = screen("scratchpad", `{"action":"write","key":"k","value":4111111111111111}`)
+	var rules []string
+	for _, f := range d.Findings {
+		rules = append(rules, f.RuleID)
+	}
+	assert.Contains(t, rules, "PII003", "a card number written as a JSON number")
+	assert.Equal(t, map[string]any{"k": "[REDACTED:aws_access_key] here"}, guardrails.RedactSecrets(map[string]any{"k": "AKIAIOSFODNN7EXAMPLE here"}))
 }

@@ -1,7 +1,9 @@
 package guardrails
 
 import (
+	"encoding/json"
 	"fmt"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -83,7 +85,11 @@ func findings(fs []detect.Finding, ids map[string]ruleOf, source string) []Findi
 			continue
 		}
 		seen[r.id] = true
-		out = append(out, Finding{RuleID: r.id, Severity: r.severity, Message: f.Description, Evidence: clip(f.Value, 300),
+		evidence := clip(f.Value, 300)
+		if strings.HasPrefix(r.id, "EXF") && f.Kind != "credential_store" {
+			evidence = mask(f.Value) // findings are published: never the secret itself
+		}
+		out = append(out, Finding{RuleID: r.id, Severity: r.severity, Message: f.Description, Evidence: evidence,
 			Source: source, EscalateTo: r.escalate, Block: r.block})
 	}
 	return out
@@ -117,6 +123,8 @@ func textOf(v any) string {
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
+				b.WriteString(k) // keys are text a tool may store too
+				b.WriteByte('\n')
 				walk(x[k])
 			}
 		case []any:
@@ -124,6 +132,9 @@ func textOf(v any) string {
 				walk(e)
 			}
 		case nil:
+		case json.Number:
+			b.WriteString(x.String()) // digits as written: a card number stays one
+			b.WriteByte('\n')
 		default:
 			fmt.Fprintf(&b, "%v\n", x)
 		}
@@ -185,21 +196,89 @@ func selfModification(tool, op string, args map[string]any, workspace string, pr
 	return out
 }
 
-// protectedHit names the protected path p falls in, or "".
+// protectedHit names the protected path p falls in, or "". The path is
+// read the way the tools read it (backslashes are separators, `..` is
+// resolved) and symlinks on its way are followed, so no spelling reaches a
+// protected file the plain one cannot.
 func protectedHit(p, workspace string, protected []string) string {
 	if p == "" {
 		return ""
 	}
 	abs := p
-	if !filepath.IsAbs(p) {
-		abs = filepath.Join(workspace, p)
+	if !filepath.IsAbs(p) && !strings.HasPrefix(p, "/") {
+		rel := path.Clean(strings.ReplaceAll(p, `\`, "/"))
+		abs = filepath.Join(workspace, filepath.FromSlash(rel))
 	}
-	abs = filepath.Clean(abs)
+	abs = resolve(filepath.Clean(abs))
 	for _, pp := range protected {
-		pp = filepath.Clean(pp)
+		pp = resolve(filepath.Clean(pp))
 		if abs == pp || strings.HasPrefix(abs, pp+string(filepath.Separator)) {
 			return pp
 		}
 	}
 	return ""
+}
+
+// resolve follows symlinks in the longest part of p that exists.
+func resolve(p string) string {
+	rest := ""
+	for cur := p; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// RedactSecrets replaces every secret the detectors find in the strings of v
+// (maps and lists walked, keys too) with [REDACTED:kind], for what leaves
+// the run: events, approval requests.
+func RedactSecrets(v any) any {
+	switch x := v.(type) {
+	case string:
+		return redactText(x)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[redactText(k)] = RedactSecrets(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = RedactSecrets(e)
+		}
+		return out
+	}
+	return v
+}
+
+func redactText(s string) string {
+	fs := append(detect.Secrets(s), detect.CredentialPaths(s)...)
+	if len(fs) == 0 {
+		return s
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Start > fs[j].Start }) // from the end: offsets stay valid
+	for _, f := range fs {
+		if f.Kind == "credential_store" {
+			continue // a path is not a secret; its content would be
+		}
+		if f.Start >= 0 && f.End <= len(s) && f.Start < f.End {
+			s = s[:f.Start] + "[REDACTED:" + f.Kind + "]" + s[f.End:]
+		}
+	}
+	return s
+}
+
+// mask shows enough of a secret to recognise it, not to use it.
+func mask(v string) string {
+	if len(v) <= 8 {
+		return "[REDACTED]"
+	}
+	return v[:4] + "…[REDACTED " + fmt.Sprint(len(v)) + " chars]"
 }

@@ -696,6 +696,7 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 		return agent.Config{}, err
 	} else if gate != nil {
 		cfg.Gate = gate
+		cfg.Redact = guardrails.RedactSecrets
 	}
 	cfg.Breaker = agent.Breaker{MaxUSD: f.Cost.MaxUSD, WarnAtRatio: f.Cost.WarnAtRatio,
 		MaxIdenticalToolCalls: f.CircuitBreaker.MaxIdenticalToolCalls, MaxStalledIterations: f.CircuitBreaker.MaxStalledIterations}
