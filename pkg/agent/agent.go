@@ -211,6 +211,10 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{cfg: cfg}, nil
 }
 
+// ErrRunCancelled is the cause of a context ended by a run's cancel (a
+// wait for a person it stopped), as against a runner shutting down.
+var ErrRunCancelled = errors.New("the run was cancelled")
+
 // Control cancels a run cooperatively: the run stops at its next
 // checkpoint (before an LLM call, or between iterations) and still ends
 // with a normal result. Calls already in flight finish. A Control belongs
@@ -219,14 +223,44 @@ type Control struct {
 	mu     sync.Mutex
 	reason string
 	set    bool
+	hooks  map[int]func()
+	next   int
 }
 
 // Cancel asks the run to stop; safe from any goroutine.
 func (c *Control) Cancel(reason string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.set {
 		c.set, c.reason = true, reason
+	}
+	hooks := c.hooks
+	c.hooks = nil
+	c.mu.Unlock()
+	for _, h := range hooks {
+		h()
+	}
+}
+
+// onCancel runs f when the run is cancelled (at once if it was); the
+// returned function removes it.
+func (c *Control) onCancel(f func()) func() {
+	c.mu.Lock()
+	if c.set {
+		c.mu.Unlock()
+		f()
+		return func() {}
+	}
+	if c.hooks == nil {
+		c.hooks = map[int]func(){}
+	}
+	c.next++
+	id := c.next
+	c.hooks[id] = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.hooks, id)
+		c.mu.Unlock()
 	}
 }
 
@@ -757,7 +791,8 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 		r.emit(EventBudgetExceeded, PhaseExecute, map[string]any{"which": which})
 		return &stop{status: Exhausted, answer: fmt.Sprintf("Ran out of budget (%s) before completing the goal.", which)}
 	}
-	if err := r.beforeTool(call.Name, call.Arguments); err != nil {
+	resuming := r.st.Awaiting != nil && r.st.Awaiting.Call.ID == call.ID // counted when first chosen
+	if err := r.beforeToolUnless(resuming, call.Name, call.Arguments); err != nil {
 		r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: "Not executed: the circuit breaker stopped the run.", IsError: true}}
 		return err
 	}
@@ -777,9 +812,20 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 		// a runner that dies meanwhile leaves the call to the next one,
 		// which waits for the same approval.
 		r.st.Awaiting = &AwaitingCall{Call: call, Plan: plan}
-		v = r.screen(ctx, gate, call, na, emit, func() { r.save(ctx) })
+		// A cancel ends a wait for a person (not a call in flight): the
+		// call is then not run, whatever is decided later.
+		sctx, stopWait := context.WithCancelCause(ctx)
+		unhook := r.ctl.onCancel(func() { stopWait(ErrRunCancelled) })
+		v = r.screen(sctx, gate, call, na, emit, func() { r.save(ctx) })
+		unhook()
+		stopWait(nil)
 		if err := r.contextDone(ctx); err != nil {
 			return err // undecided: the call stays awaiting
+		}
+		if err := r.checkCancel(ctx); err != nil {
+			r.st.Awaiting = nil
+			r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: "Not executed: the run was cancelled while the call waited for a decision.", IsError: true}}
+			return err
 		}
 	}
 	r.st.Awaiting = nil
@@ -828,6 +874,13 @@ func (r *run) redact(v any) any {
 		return v
 	}
 	return r.a.cfg.Redact(v)
+}
+
+func (r *run) beforeToolUnless(counted bool, tool string, args json.RawMessage) error {
+	if counted {
+		return nil
+	}
+	return r.beforeTool(tool, args)
 }
 
 // screen asks the gate about a call; without a gate everything runs.

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 
@@ -62,6 +63,11 @@ func fingerprint(tool string, args json.RawMessage) string {
 	var v any
 	if json.Unmarshal(args, &v) != nil {
 		return tool + " " + string(args)
+	}
+	if m, ok := v.(map[string]any); ok {
+		if p, ok := m["path"].(string); ok { // ./f.txt is f.txt
+			m["path"] = path.Clean(strings.ReplaceAll(p, `\`, "/"))
+		}
 	}
 	b, _ := json.Marshal(v) // maps marshal with sorted keys
 	return tool + " " + string(b)

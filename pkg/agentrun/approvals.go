@@ -127,6 +127,10 @@ func (a *Approvals) Approve(ctx context.Context, req guardrails.ApprovalRequest)
 			}
 			return answerOf(got), nil
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), agent.ErrRunCancelled) {
+				// nobody should approve a call its run no longer wants
+				_, _ = a.decide(context.WithoutCancel(ctx), req.ID, Expired, "cancel", "the run was cancelled while the call waited")
+			}
 			return guardrails.Answer{}, ctx.Err()
 		}
 	}
@@ -188,6 +192,16 @@ func (a *Approvals) decide(ctx context.Context, id, status, by, reason string) (
 		}
 		if rec.Status != Pending {
 			return rec, &AlreadyDecided{rec}
+		}
+		if status != Expired && time.Now().After(rec.Deadline) {
+			// too late: it is denied, whoever answers now
+			status, by, reason = Expired, "timeout", fmt.Sprintf("nobody decided before %s", rec.Deadline.Format(time.RFC3339))
+			rec.Status, rec.By, rec.Reason, rec.DecidedAt = status, by, reason, time.Now().UTC()
+			b, _ := json.Marshal(rec)
+			if _, err := a.kv.Update(ctx, key, b, e.Revision()); err == nil || isWrongLastSequence(err) {
+				return rec, &AlreadyDecided{rec}
+			}
+			return Approval{}, fmt.Errorf("approvals: %w", err)
 		}
 		rec.Status, rec.By, rec.Reason, rec.DecidedAt = status, by, reason, time.Now().UTC()
 		b, _ := json.Marshal(rec)

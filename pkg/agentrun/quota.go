@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/agent"
 )
 
 // SpendBucket keeps each agent's spend per day.
@@ -79,4 +81,41 @@ func (q *Quota) Add(ctx context.Context, agentName string, day time.Time, usd fl
 		}
 	}
 	return fmt.Errorf("quota %s: too many concurrent updates", key)
+}
+
+// QuotaSink adds each model call's cost to the agent's day as it is made.
+type QuotaSink struct {
+	Q     *Quota
+	Agent string
+	Day   time.Time
+
+	mu   sync.Mutex
+	errs []string
+}
+
+// Emit implements agent.Sink.
+func (s *QuotaSink) Emit(ev agent.Event) {
+	if ev.Type != agent.EventCostRecorded {
+		return
+	}
+	usd, _ := ev.Data["call_usd"].(float64)
+	if usd <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Q.Add(ctx, s.Agent, s.Day, usd); err != nil {
+		s.mu.Lock()
+		if len(s.errs) < 5 {
+			s.errs = append(s.errs, "daily quota not updated: "+err.Error())
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Errors are the updates that failed.
+func (s *QuotaSink) Errors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.errs...)
 }

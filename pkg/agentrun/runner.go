@@ -287,6 +287,11 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 			cfg.Breaker.MaxUSD = before + left // the session's ceiling counts what it spent before
 		}
 	}
+	var quota *QuotaSink
+	if file.Cost.DailyUSD > 0 { // spend counts against the day as it happens, crash or not
+		quota = &QuotaSink{Q: r.Quota, Agent: file.Name, Day: day}
+		cfg.Sink = append(cfg.Sink.(Sinks), quota)
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
@@ -307,10 +312,8 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	var quotaProblem []string
-	if file.Cost.DailyUSD > 0 {
-		if err := r.Quota.Add(fctx, file.Name, day, res.CostUSD-before); err != nil {
-			quotaProblem = append(quotaProblem, "daily quota not updated: "+err.Error())
-		}
+	if quota != nil {
+		quotaProblem = quota.Errors()
 	}
 	var sinkProblems []string
 	for _, s := range external {

@@ -323,3 +323,29 @@ func TestReviewFindings(t *testing.T) {
 	assert.Contains(t, rules, "PII003", "a card number written as a JSON number")
 	assert.Equal(t, map[string]any{"k": "[REDACTED:aws_access_key] here"}, guardrails.RedactSecrets(map[string]any{"k": "AKIAIOSFODNN7EXAMPLE here"}))
 }
+
+// waitingApprover waits until its context ends.
+type waitingApprover struct{ asked chan struct{} }
+
+func (w waitingApprover) Approve(ctx context.Context, _ guardrails.ApprovalRequest) (guardrails.Answer, error) {
+	close(w.asked)
+	<-ctx.Done()
+	return guardrails.Answer{}, context.Cause(ctx)
+}
+
+// A cancel ends a wait for a person, and the call never runs.
+func TestCancelEndsAnApprovalWait(t *testing.T) {
+	ws := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("x"), 0o644))
+	reg, _ := tools.NewRegistry(tools.FileSystem{}, tools.Submit{})
+	ap := waitingApprover{asked: make(chan struct{})}
+	m := &llm.Scripted{Responses: []llm.ScriptedResponse{Plan("s1", "file_system"), Act("file_system", map[string]any{"operation": "delete", "path": "a.txt"})}}
+	a, err := agent.New(agent.Config{Model: m, Tools: reg, Workspace: ws, Gate: guardrails.New(guardrails.Config{}, ap, ws)})
+	require.NoError(t, err)
+	ctl := &agent.Control{}
+	go func() { <-ap.asked; ctl.Cancel("changed my mind") }()
+	res, err := a.Run(context.Background(), "g", ctl)
+	require.NoError(t, err)
+	assert.Equal(t, agent.Cancelled, res.Status)
+	assert.FileExists(t, filepath.Join(ws, "a.txt"))
+}

@@ -813,6 +813,9 @@ func (f *File) gate(d Deps, workspace string, lib *skills.Library) (*guardrails.
 		}
 		return out, nil
 	}
+	if err := g.check(); err != nil {
+		return nil, err
+	}
 	cfg := guardrails.Config{SensitiveOperations: g.SensitiveOperations, UntrustedResults: g.UntrustedResults,
 		SkipArguments: g.ScanArguments != nil && !*g.ScanArguments, SkipResults: g.ScanResults != nil && !*g.ScanResults}
 	var err error
@@ -912,3 +915,57 @@ func (g *Guardrails) approver(d Deps) (guardrails.Approver, error) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// operations are what each built-in tool's discriminating argument takes.
+var operations = map[string][]string{
+	"file_system":  {"read", "write", "append", "list", "glob", "delete", "mkdir", "stat"},
+	"execute_code": {"python", "bash"},
+	"scratchpad":   {"read", "write", "delete", "list"},
+	"analyze_data": {"profile", "head", "describe", "query", "aggregate", "value_counts", "correlate"},
+}
+
+// check refuses what would be accepted and then match nothing.
+func (g *Guardrails) check() error {
+	tool := func(key, name string) error {
+		t, op, hasOp := strings.Cut(name, ":")
+		if !contains(ToolNames, t) {
+			return fmt.Errorf("guardrails.%s: %q is not a tool; known: %s", key, t, strings.Join(ToolNames, ", "))
+		}
+		if hasOp && !contains(operations[t], op) {
+			return fmt.Errorf("guardrails.%s: %q is not an operation of %s; known: %s", key, op, t, strings.Join(operations[t], ", "))
+		}
+		return nil
+	}
+	for _, n := range g.SensitiveOperations {
+		if err := tool("sensitive_operations", n); err != nil {
+			return err
+		}
+	}
+	for key, m := range map[string]map[string]string{"tool_tiers": g.ToolTiers, "downgrade": g.Downgrade} {
+		for n := range m {
+			if err := tool(key, n); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range g.ProtectedPaths {
+		if strings.ContainsAny(p, "*?[") {
+			return fmt.Errorf("guardrails.protected_paths: %q: name folders or files, not patterns", p)
+		}
+	}
+	for k, v := range g.PolicyActions {
+		if v != guardrails.ActionBlock && v != guardrails.ActionEscalate && v != guardrails.ActionLog {
+			return fmt.Errorf("guardrails.policy_actions.%s: %q is not block, escalate or log", k, v)
+		}
+	}
+	if cs := g.ContentSafety; cs != nil {
+		for cat := range cs.Dispositions {
+			switch cat {
+			case guardrails.HarmfulIntent, guardrails.PolicyViolation, guardrails.Bias, guardrails.UnsafeBehavior:
+			default:
+				return fmt.Errorf("guardrails.content_safety.dispositions: %q is not harmful_intent, policy_violation, bias or unsafe_behavior", cat)
+			}
+		}
+	}
+	return nil
+}

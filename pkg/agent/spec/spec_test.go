@@ -224,3 +224,24 @@ func TestProviderPolicy(t *testing.T) {
 	_, err = spec.ParseProviderPolicy("", "gpt-4o")
 	assert.ErrorContains(t, err, "want provider:model")
 }
+
+// What would be accepted and then match nothing is refused.
+func TestGuardrailsConfigMatchesSomething(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("responses: [{text: hi}]\n"), 0o644))
+	for extra, want := range map[string]string{
+		"guardrails: {sensitive_operations: [file_system:Delete]}":        `"Delete" is not an operation of file_system`,
+		"guardrails: {sensitive_operations: [filesystem]}":                `"filesystem" is not a tool`,
+		"guardrails: {downgrade: {shell: SAFE}}":                          `"shell" is not a tool`,
+		"guardrails: {protected_paths: ['*.yaml']}":                       `not patterns`,
+		"guardrails: {policy_actions: {r: explode}}":                      `"explode" is not block, escalate or log`,
+		"guardrails: {content_safety: {dispositions: {rudeness: block}}}": `"rudeness" is not harmful_intent`,
+	} {
+		p := filepath.Join(dir, "agent.yaml")
+		require.NoError(t, os.WriteFile(p, []byte("name: x\nllm: {provider: scripted, script: s.yaml}\n"+extra+"\n"), 0o644))
+		f, err := spec.Load(p, nil)
+		require.NoError(t, err, extra)
+		_, err = f.Build(spec.Deps{Workspace: dir})
+		assert.ErrorContains(t, err, want, extra)
+	}
+}
