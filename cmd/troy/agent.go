@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -456,7 +457,11 @@ func (c *console) Emit(ev agent.Event) {
 	case "guardrail.blocked":
 		fmt.Fprintf(c.w, "%s blocked %v: %v\n", it, d["tool"], d["reason"])
 	case "approval.requested":
-		fmt.Fprintf(c.w, "%s approval needed: %v call to %v (id %v; with a nats approver: troy approvals approve|deny %v)\n", it, d["tier"], d["tool"], d["approval_id"], d["approval_id"])
+		if d["approver"] == "nats" {
+			fmt.Fprintf(c.w, "%s approval needed: %v call to %v — troy approvals approve|deny %v\n", it, d["tier"], d["tool"], d["approval_id"])
+		} else {
+			fmt.Fprintf(c.w, "%s approval needed: %v call to %v (asking the %v approver)\n", it, d["tier"], d["tool"], d["approver"])
+		}
 	case "approval.decided":
 		verdict := "denied"
 		if d["approved"] == true {
@@ -545,6 +550,11 @@ func newAgentShowCmd(g *globalFlags) *cobra.Command {
 				if !follow {
 					evs, err := agentrun.ReadEvents(ctx, st.js, id)
 					if err != nil {
+						if sessions, serr := agentrun.OpenSessions(ctx, st.js); serr == nil {
+							if s, lerr := sessions.Load(ctx, id); lerr == nil {
+								return fmt.Errorf("%s is a session, not a run: its runs are %s (troy agent show RUN_ID)", id, strings.Join(s.Runs, ", "))
+							}
+						}
 						return err
 					}
 					fmt.Fprint(out, agent.Markdown(evs))
@@ -553,8 +563,8 @@ func newAgentShowCmd(g *globalFlags) *cobra.Command {
 						tel.Emit(ev)
 					}
 					o := tel.Overview()
-					fmt.Fprintf(out, "\n*%d model calls %v, %d tool calls (%.0f%% ok), %d blocked, $%.4f, %.1fs waiting for people*\n",
-						o["llm_requests"], tel.LLMPhase, o["tool_calls"], 100*o["tool_success_rate"].(float64), o["blocked_calls"], o["total_cost_usd"], o["idle_wait_s"])
+					fmt.Fprintf(out, "\n*%d model calls (%s), %d tool calls (%.0f%% ok), %d blocked, $%.4f, %.1fs waiting for people*\n",
+						o["llm_requests"], counts(tel.LLMPhase), o["tool_calls"], 100*o["tool_success_rate"].(float64), o["blocked_calls"], o["total_cost_usd"], o["idle_wait_s"])
 					return nil
 				}
 				done := make(chan struct{})
@@ -628,15 +638,15 @@ func newAgentStatsCmd(g *globalFlags) *cobra.Command {
 					fmt.Fprintln(out, string(b))
 					return nil
 				}
-				fmt.Fprintf(out, "runs: %v\ntime: %.1fs (%.1fs waiting for people)\nmodel calls: %d (%.0f%% ok, %v), %d tokens, $%.4f\n",
-					tel.Runs, o["total_run_time_s"], o["idle_wait_s"], o["llm_requests"], 100*o["llm_success_rate"].(float64), tel.LLMPhase, o["total_tokens"], o["total_cost_usd"])
+				fmt.Fprintf(out, "runs: %s\ntime: %.1fs (%.1fs waiting for people)\nmodel calls: %d (%.0f%% ok; %s), %d tokens, $%.4f\n",
+					counts(tel.Runs), o["total_run_time_s"], o["idle_wait_s"], o["llm_requests"], 100*o["llm_success_rate"].(float64), counts(tel.LLMPhase), o["total_tokens"], o["total_cost_usd"])
 				fmt.Fprintf(out, "tool calls: %d (%.0f%% ok)\n", o["tool_calls"], 100*o["tool_success_rate"].(float64))
 				for _, n := range o["tools"].([]string) {
 					s := tel.Tools[n]
-					fmt.Fprintf(out, "  %-14s %d calls, %d failed %v\n", n, s.Count, s.Errors, s.ErrorCodes)
+					fmt.Fprintf(out, "  %-14s %d calls, %d failed%s\n", n, s.Count, s.Errors, paren(counts(s.ErrorCodes)))
 				}
-				fmt.Fprintf(out, "blocked calls: %d %v; circuit trips: %v; budgets exhausted: %v; cancelled: %d\n",
-					tel.Blocked, tel.BlockedByTool, tel.CircuitTrips, tel.Exhaustions, tel.Cancellations)
+				fmt.Fprintf(out, "blocked calls: %d%s; circuit trips: %s; budgets exhausted: %s; cancelled: %d\n",
+					tel.Blocked, paren(counts(tel.BlockedByTool)), orNone(counts(tel.CircuitTrips)), orNone(counts(tel.Exhaustions)), tel.Cancellations)
 				return nil
 			})
 		},
@@ -650,4 +660,37 @@ func newAgentStatsCmd(g *globalFlags) *cobra.Command {
 func writerName(role string) string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s@%s/%d", role, host, os.Getpid())
+}
+
+// counts renders a tally as "a 3, b 1", largest first.
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

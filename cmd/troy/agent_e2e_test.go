@@ -56,7 +56,7 @@ func TestAgentOfflineExample(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "# Run `"+run+"`")
 	assert.Contains(t, r.stdout, "## Outcome: complete")
-	assert.Contains(t, r.stdout, "*8 model calls map[act:3 analyze:3 observe:2], 3 tool calls (100% ok), 0 blocked")
+	assert.Contains(t, r.stdout, "*8 model calls (act 3, analyze 3, observe 2), 3 tool calls (100% ok), 0 blocked")
 
 	r = troy(t, dir, "ledger", "verify", run)
 	require.Equal(t, 0, r.code, r.stderr)
@@ -323,7 +323,7 @@ func TestAgentApprovalOverNATS(t *testing.T) {
 	natsURL, httpURL := readServeBanner(t, out, true)
 
 	script := "responses: [" + plan("s1", "execute_code") + `, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "echo ran > ran.txt"}}]}, ` +
-		`{"text": "<evaluation>{\"outcome\": \"success\", \"evidence\": \"the command ran or was refused\", \"completed_step_ids\": [\"s1\"], \"goal_status\": \"in_progress\", \"next_step\": \"answer\"}</evaluation>"}, ` +
+		`{"text": "<evaluation>{\"outcome\": \"partial\", \"evidence\": \"the command ran or was refused\", \"completed_step_ids\": [], \"goal_status\": \"in_progress\", \"next_step\": \"answer\"}</evaluation>"}, ` +
 		plan("s2", "submit") + ", " + submitComplete + "]\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "script.yaml"), []byte(script), 0o644))
 	cfg := filepath.Join(dir, "agent.yaml")

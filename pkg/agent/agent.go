@@ -904,6 +904,12 @@ func (r *run) screen(ctx context.Context, gate Gate, call llm.ToolCall, na NextA
 }
 
 func (r *run) observe(ctx context.Context, plan *Plan) (*Evaluation, error) {
+	failed := ""
+	for _, p := range r.st.Pending {
+		if p.IsError {
+			failed = p.CallID
+		}
+	}
 	r.st.Transcript = append(r.st.Transcript, llm.Turn{Role: "user", Text: observePrompt, ToolResults: r.st.Pending, Iteration: r.st.Iteration})
 	r.st.Pending = nil
 	for attempt := 1; ; attempt++ {
@@ -913,6 +919,10 @@ func (r *run) observe(ctx context.Context, plan *Plan) (*Evaluation, error) {
 		}
 		r.st.Transcript = append(r.st.Transcript, llm.Turn{Role: "assistant", Text: c.Text, Iteration: r.st.Iteration})
 		ev, perr := ParseEvaluation(c.Text, plan)
+		if perr == nil && failed != "" && (ev.Outcome == "success" || len(ev.CompletedStepIDs) > 0) {
+			// The call failed: it cannot have succeeded or completed a step.
+			perr = fmt.Errorf("the call failed (see its result), so the outcome cannot be success nor complete a step")
+		}
 		if perr == nil {
 			r.it().Evaluation = ev
 			r.emit(EventEvaluationCreated, PhaseObserve, evalData(ev))

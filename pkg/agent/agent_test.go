@@ -564,3 +564,16 @@ func TestDeadlineIsABudget(t *testing.T) {
 	assert.Contains(t, res.Answer, "Ran out of time")
 	h.assertEnded(agent.Exhausted)
 }
+
+// A call that failed cannot be judged a success nor complete a step (the
+// reference takes the model's word for it).
+func TestFailedCallCannotBeJudgedASuccess(t *testing.T) {
+	h := newHarness(t, P("s1", "file_system"), A("file_system", map[string]any{"operation": "read", "path": "missing.csv"}),
+		E("success", "shape: 90 rows x 6 columns", "in_progress", "s1"), E("failure", "the file is not there: not_found", "in_progress"),
+		P("s2", "submit"), S("blocked", "the data"))
+	res := h.run(nil)
+	assert.Equal(t, agent.Blocked, res.Status)
+	v := h.rec.Of(agent.EventContractViolation)
+	require.Len(t, v, 1)
+	assert.Contains(t, v[0].Data["reason"], "the call failed")
+}

@@ -46,6 +46,9 @@ func feedback(phase, reason string) string {
 	case PhaseAct:
 		return "Call exactly one tool, the one your plan named."
 	case PhaseObserve:
+		if strings.Contains(reason, "call failed") {
+			return "Judge the result as it is: a failed call is outcome failure (or partial, if part of it worked) and completes no step."
+		}
 		if strings.Contains(reason, "evidence") {
 			return "Quote or describe what in the result supports your judgement, in at least 10 characters."
 		}

@@ -63,6 +63,9 @@ func OpenApprovals(ctx context.Context, js jetstream.JetStream) (*Approvals, err
 	return &Approvals{kv: kv, js: js, Timeout: DefaultApprovalTimeout}, nil
 }
 
+// Kind names this approver in events.
+func (a *Approvals) Kind() string { return "nats" }
+
 // WithTimeout is the same bucket with another decision timeout.
 func (a *Approvals) WithTimeout(d time.Duration) *Approvals {
 	c := *a

@@ -61,6 +61,9 @@ func LoadVerifier(keyOrFile string) (note.Verifier, error) {
 		}
 		key = strings.TrimSpace(string(b))
 	}
+	if strings.HasPrefix(key, "PRIVATE+KEY+") {
+		return nil, errors.New("ledger public key: this is the private key: give the public one (what troy ledger keygen printed)")
+	}
 	v, err := note.NewVerifier(key)
 	if err != nil {
 		return nil, fmt.Errorf("ledger public key: %w", err)

@@ -203,7 +203,8 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 	}
 	req := ApprovalRequest{ID: approvalID(c), Tool: c.Tool, Arguments: RedactSecrets(plainJSON(args)), Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
 		Iteration: c.Iteration, Goal: c.Goal, Rationale: c.Rationale, Agent: c.Agent}
-	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID})
+	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID,
+		"approver": approverKind(g.approver)})
 	if c.BeforeWait != nil {
 		c.BeforeWait()
 	}
@@ -417,4 +418,22 @@ func plainJSON(v map[string]any) any {
 	var out any
 	_ = json.Unmarshal(b, &out)
 	return out
+}
+
+// approverKind names an approver for people reading the run.
+func approverKind(a Approver) string {
+	if k, ok := a.(interface{ Kind() string }); ok {
+		return k.Kind()
+	}
+	switch a.(type) {
+	case AllowUpTo:
+		return "auto"
+	case DenyAll:
+		return "deny"
+	case *Terminal:
+		return "terminal"
+	case *Webhook:
+		return "webhook"
+	}
+	return fmt.Sprintf("%T", a)
 }
