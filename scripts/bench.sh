@@ -114,6 +114,10 @@ go test -run '^$' -bench 'BenchmarkIterationOnBus' -benchtime 2s ./pkg/agentrun/
 AGENT_US=$(awk '/^BenchmarkIteration-/ { for (i=1;i<=NF;i++) if ($(i)=="µs/iteration") print $(i-1) }' "$WORK/agent.txt")
 
 echo
+echo "== decision ledger: one writer's appends (each waits for its ack), chain verification, checkpoint signing"
+go test -run '^$' -bench 'BenchmarkAppend|BenchmarkVerify|BenchmarkCheckpoint' -benchtime 2s ./pkg/ledger/ | awk '/^Benchmark/ { for (i=1;i<=NF;i++) if ($(i)=="records/s" || $(i)=="ns/entry") printf "  %-28s %12s %s\n", $1, $(i-1), $(i) }'
+
+echo
 echo "== troy audit-batch, embedded NATS, offline explainer"
 if [ -n "$SHM" ]; then
   batch "1k, output on tmpfs" "$WORK/t1k" "$SHM"

@@ -144,8 +144,9 @@ func TestAgentExitCodes(t *testing.T) {
 }
 
 // interruptAt runs troy, sends it SIGINT `signals` times (200 ms apart) once
-// its stderr shows line, and returns how it ended.
-func interruptAt(t *testing.T, dir, line string, signals int, args ...string) (code int, stdout, stderr string) {
+// its stderr shows line (and, when file is named, once the file exists in
+// dir: a call is really running only then), and returns how it ended.
+func interruptAt(t *testing.T, dir, line, file string, signals int, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	cmd := troyCmd(context.Background(), dir, args...)
 	pipe, err := cmd.StderrPipe()
@@ -157,6 +158,9 @@ func interruptAt(t *testing.T, dir, line string, signals int, args ...string) (c
 	for sc.Scan() {
 		errb.WriteString(sc.Text() + "\n")
 		if strings.Contains(sc.Text(), line) {
+			if file != "" {
+				require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, file)); return err == nil }, 20*time.Second, 10*time.Millisecond)
+			}
 			for i := range signals {
 				if i > 0 {
 					time.Sleep(200 * time.Millisecond)
@@ -179,8 +183,8 @@ func interruptAt(t *testing.T, dir, line string, signals int, args ...string) (c
 // result; the session then resumes to the end.
 func TestAgentCtrlCThenResume(t *testing.T) {
 	dir := t.TempDir()
-	cfg := writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "echo started; sleep 2; echo >> ran.txt"}}]}]`+"\n")
-	code, stdout, stderr := interruptAt(t, dir, "[1] call execute_code", 1, "agent", "run", cfg, "work then answer")
+	cfg := writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "touch started.txt; sleep 2; echo >> ran.txt"}}]}]`+"\n")
+	code, stdout, stderr := interruptAt(t, dir, "[1] call execute_code", "started.txt", 1, "agent", "run", cfg, "work then answer")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "cancelling at the next checkpoint")
 	assert.Contains(t, stdout, "[cancelled] Run cancelled: interrupted (Ctrl-C)")
@@ -196,9 +200,9 @@ func TestAgentCtrlCThenResume(t *testing.T) {
 	assert.Contains(t, r.stderr, "(resumed)")
 
 	// A second Ctrl-C stops at once, still with a result.
-	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 30"}}]}]`+"\n")
+	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "touch sleeping.txt; sleep 30"}}]}]`+"\n")
 	start := time.Now()
-	code, stdout, _ = interruptAt(t, dir, "[1] call execute_code", 2, "agent", "run", cfg, "sleep")
+	code, stdout, _ = interruptAt(t, dir, "[1] call execute_code", "sleeping.txt", 2, "agent", "run", cfg, "sleep")
 	assert.Equal(t, 1, code)
 	assert.Less(t, time.Since(start), 15*time.Second, "the 30 s sleep was killed")
 	assert.Contains(t, stdout, "[cancelled]")
@@ -232,7 +236,7 @@ func TestAgentRunOnAServer(t *testing.T) {
 	assert.Contains(t, r.stdout, run)
 
 	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 2"}}]}]`+"\n")
-	code, stdout, _ := interruptAt(t, dir, "[1] call execute_code", 1, "agent", "run", cfg, "sleep", "--nats-url", natsURL)
+	code, stdout, _ := interruptAt(t, dir, "[1] call execute_code", "", 1, "agent", "run", cfg, "sleep", "--nats-url", natsURL)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stdout, "[cancelled] Run cancelled: interrupted (Ctrl-C)")
 }
