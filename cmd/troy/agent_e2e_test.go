@@ -212,14 +212,7 @@ func TestAgentCtrlCThenResume(t *testing.T) {
 // and follows it over the bus; Ctrl-C cancels it there.
 func TestAgentRunOnAServer(t *testing.T) {
 	dir := t.TempDir()
-	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
-	serve.Dir = dir
-	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
-	out, err := serve.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() })
-	natsURL, _ := readServeBanner(t, out, true)
+	natsURL, _ := serveEmbedded(t, dir)
 
 	cfg := writeAgent(t, dir, "responses: ["+plan("s2", "submit")+", "+submitComplete+"]\n")
 	r := troy(t, dir, "agent", "run", cfg, "say done", "--nats-url", natsURL)
@@ -317,14 +310,7 @@ func llmPlan(step, tool string) string {
 // process with troy approvals, it runs; denied over HTTP, it does not.
 func TestAgentApprovalOverNATS(t *testing.T) {
 	dir := t.TempDir()
-	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
-	serve.Dir = dir
-	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
-	out, err := serve.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() })
-	natsURL, httpURL := readServeBanner(t, out, true)
+	natsURL, httpURL := serveEmbedded(t, dir)
 
 	script := "responses: [" + plan("s1", "execute_code") + `, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "echo ran > ran.txt"}}]}, ` +
 		`{"text": "<evaluation>{\"outcome\": \"partial\", \"evidence\": \"the command ran or was refused\", \"completed_step_ids\": [], \"goal_status\": \"in_progress\", \"next_step\": \"answer\"}</evaluation>"}, ` +
@@ -436,4 +422,18 @@ func TestLedgerCheckpointEndToEnd(t *testing.T) {
 	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub")
 	assert.Equal(t, 2, r.code, "the newest checkpoint is not the log's: %s", r.stdout)
 	assert.Contains(t, r.stdout, "bad_signature")
+}
+
+// serveEmbedded starts `troy serve` with every target on its own embedded
+// server (data in dir) and returns its NATS and HTTP addresses.
+func serveEmbedded(t *testing.T, dir string) (natsURL, httpURL string) {
+	t.Helper()
+	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
+	serve.Dir = dir
+	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
+	out, err := serve.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() })
+	return readServeBanner(t, out, true)
 }

@@ -49,7 +49,9 @@ func (c *CallStats) add(ms float64, failed bool) {
 	}
 }
 
-func num(v any) float64 {
+// NumberOf reads a number from decoded event data (float64 after JSON,
+// int or int64 in process); anything else is 0.
+func NumberOf(v any) float64 {
 	switch x := v.(type) {
 	case float64:
 		return x
@@ -87,12 +89,12 @@ func (t *Telemetry) Emit(ev Event) {
 		bump(&t.Runs, str(d["status"]))
 	case EventLLMResponse:
 		failed := d["status"] != "ok"
-		t.LLM.add(num(d["latency_ms"]), failed)
-		t.LLM.Tokens += int(num(d["input_tokens"]) + num(d["output_tokens"]))
+		t.LLM.add(NumberOf(d["latency_ms"]), failed)
+		t.LLM.Tokens += int(NumberOf(d["input_tokens"]) + NumberOf(d["output_tokens"]))
 		key := "ok"
 		if failed {
 			key = "error"
-			if c := num(d["status_code"]); c > 0 {
+			if c := NumberOf(d["status_code"]); c > 0 {
 				key = "http_" + str(int(c))
 			} else if et := str(d["error_type"]); et != "" {
 				key = "error:" + et
@@ -115,7 +117,7 @@ func (t *Telemetry) Emit(ev Event) {
 			t.Tools[name] = s
 		}
 		failed := d["ok"] != true
-		s.add(num(d["duration_ms"]), failed)
+		s.add(NumberOf(d["duration_ms"]), failed)
 		if failed {
 			code := str(d["error_code"])
 			if code == "" {
@@ -124,7 +126,7 @@ func (t *Telemetry) Emit(ev Event) {
 			bump(&s.ErrorCodes, code)
 		}
 	case EventCostRecorded:
-		t.CostUSD = num(d["run_usd"]) // the running total, not a sum
+		t.CostUSD = NumberOf(d["run_usd"]) // the running total, not a sum
 	case EventApprovalRequested:
 		if t.asked == nil {
 			t.asked = map[string]time.Time{}

@@ -83,11 +83,11 @@ func (d *Decisions) Emit(ev agent.Event) {
 		}
 	case agent.EventLLMResponse:
 		if d.it != nil {
-			d.it.tokens += int(num(data["input_tokens"]) + num(data["output_tokens"]))
+			d.it.tokens += int(agent.NumberOf(data["input_tokens"]) + agent.NumberOf(data["output_tokens"]))
 		}
 	case agent.EventCostRecorded:
 		if d.it != nil {
-			d.it.spend = num(data["run_usd"])
+			d.it.spend = agent.NumberOf(data["run_usd"])
 		}
 	case agent.EventContractViolation:
 		if d.it != nil {
@@ -175,18 +175,6 @@ func (d *Decisions) Errors() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.errs...)
-}
-
-func num(v any) float64 {
-	switch x := v.(type) {
-	case float64:
-		return x
-	case int:
-		return float64(x)
-	case int64:
-		return float64(x)
-	}
-	return 0
 }
 
 func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }

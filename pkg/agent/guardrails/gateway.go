@@ -79,21 +79,6 @@ func New(cfg Config, approver Approver, workspace string) *Gateway {
 	return &Gateway{cfg: cfg, approver: approver, workspace: workspace}
 }
 
-// Call is one proposed tool call.
-type Call struct {
-	RunID, SessionID, Agent, Goal string
-	Iteration                     int
-	CallID                        string
-	Tool                          string
-	Safety                        tools.Safety
-	Arguments                     json.RawMessage
-	Rationale                     string
-	// History is the run's trace so far, for the live policy guard.
-	History []*trace.Step
-	// BeforeWait runs before the approver is asked (nil: nothing).
-	BeforeWait func()
-}
-
 // Decision is a screened call's verdict, kept in the run's record.
 type Decision struct {
 	Tool       string     `json:"tool"`
@@ -131,7 +116,7 @@ func (d Decision) Error() *tools.Error {
 // tier, a blocking finding or policy rule refuses it outright, a tier at
 // or above the threshold goes to the approver. It never panics and never
 // lets through a call it could not judge.
-func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
+func (g *Gateway) Screen(ctx context.Context, c agent.GateCall, emit Emit) (d Decision) {
 	d = Decision{Tool: c.Tool, TS: time.Now().UTC(), Findings: []Finding{}}
 	defer func() {
 		if p := recover(); p != nil {
@@ -234,7 +219,7 @@ func (g *Gateway) Screen(ctx context.Context, c Call, emit Emit) (d Decision) {
 // finds the decision or the pending request): the run, the iteration, the
 // call id, the tool and its arguments, so no decision can stand for
 // another call.
-func approvalID(c Call) string {
+func approvalID(c agent.GateCall) string {
 	if c.RunID == "" || c.CallID == "" {
 		return agent.NewID()
 	}
@@ -270,7 +255,7 @@ func (g *Gateway) tier(tool string, safety tools.Safety, op string) Tier {
 }
 
 // live asks troy's policy about the call as the next step of the run.
-func (g *Gateway) live(ctx context.Context, c Call, d *Decision, emit Emit) (Decision, bool) {
+func (g *Gateway) live(ctx context.Context, c agent.GateCall, d *Decision, emit Emit) (Decision, bool) {
 	if g.cfg.Policy == nil {
 		return *d, false
 	}
@@ -390,9 +375,7 @@ func (g *Gateway) Result(tool, text string, emit Emit) (string, *Decision) {
 
 // ScreenCall implements agent.Gate.
 func (g *Gateway) ScreenCall(ctx context.Context, c agent.GateCall) agent.GateVerdict {
-	d := g.Screen(ctx, Call{RunID: c.RunID, SessionID: c.SessionID, Agent: c.Agent, Goal: c.Goal, Iteration: c.Iteration,
-		CallID: c.CallID, Tool: c.Tool, Safety: c.Safety, Arguments: c.Arguments, Rationale: c.Rationale, History: c.History,
-		BeforeWait: c.BeforeWait}, c.Emit)
+	d := g.Screen(ctx, c, c.Emit)
 	v := agent.GateVerdict{Blocked: d.Blocked, Record: d, WaitMS: d.WaitMS}
 	if d.Blocked {
 		v.Err = d.Error()

@@ -294,7 +294,7 @@ func TestReviewFindings(t *testing.T) {
 	var events []map[string]any
 	emit := func(typ string, d map[string]any) { events = append(events, map[string]any{"type": typ, "data": d}) }
 	screen := func(tool string, args string) guardrails.Decision {
-		return g.Screen(context.Background(), guardrails.Call{RunID: "r", CallID: "0", Iteration: 1, Tool: tool,
+		return g.Screen(context.Background(), agent.GateCall{RunID: "r", CallID: "0", Iteration: 1, Tool: tool,
 			Safety: tools.MutatesState, Arguments: []byte(args)}, emit)
 	}
 	screen("file_system", `{"operation":"delete","path":"tmp.log"}`)
