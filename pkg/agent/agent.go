@@ -791,10 +791,12 @@ func (r *run) execute(ctx context.Context, plan *Plan, call llm.ToolCall) error 
 		r.emit(EventBudgetExceeded, PhaseExecute, map[string]any{"which": which})
 		return &stop{status: Exhausted, answer: fmt.Sprintf("Ran out of budget (%s) before completing the goal.", which)}
 	}
-	resuming := r.st.Awaiting != nil && r.st.Awaiting.Call.ID == call.ID // counted when first chosen
-	if err := r.beforeToolUnless(resuming, call.Name, call.Arguments); err != nil {
-		r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: "Not executed: the circuit breaker stopped the run.", IsError: true}}
-		return err
+	// a call resumed after an approval wait was counted when first chosen
+	if resuming := r.st.Awaiting != nil && r.st.Awaiting.Call.ID == call.ID; !resuming {
+		if err := r.beforeTool(call.Name, call.Arguments); err != nil {
+			r.st.Pending = []llm.ToolResult{{CallID: call.ID, Content: "Not executed: the circuit breaker stopped the run.", IsError: true}}
+			return err
+		}
 	}
 	na := plan.NextAction
 	r.emit(EventToolCall, PhaseExecute, map[string]any{"tool": call.Name, "call_id": call.ID, "arguments": r.redact(rawJSON(call.Arguments)),
@@ -874,13 +876,6 @@ func (r *run) redact(v any) any {
 		return v
 	}
 	return r.a.cfg.Redact(v)
-}
-
-func (r *run) beforeToolUnless(counted bool, tool string, args json.RawMessage) error {
-	if counted {
-		return nil
-	}
-	return r.beforeTool(tool, args)
 }
 
 // screen asks the gate about a call; without a gate everything runs.

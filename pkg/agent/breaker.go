@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -107,7 +108,7 @@ func (r *run) beforeCall(req llm.Request) error {
 func (r *run) afterCall(model string, priced bool) error {
 	b := r.a.cfg.Breaker.withDefaults()
 	st := &r.st.Breaker
-	if !priced && !contains(st.UnpricedFor, model) {
+	if !priced && !slices.Contains(st.UnpricedFor, model) {
 		st.UnpricedFor = append(st.UnpricedFor, model)
 		r.emit(EventCostWarning, "", map[string]any{"message": fmt.Sprintf("No rate card for '%s': its spend is counted as $0.00, so the cost ceiling cannot protect this run (add its prices under cost.prices)", model)})
 	}
@@ -149,7 +150,7 @@ func (r *run) afterObserve(plan *Plan, eval *Evaluation) error {
 	key := plan.NextAction.StepID + "\x00" + plan.NextAction.Tool
 	progress := false
 	for _, id := range eval.CompletedStepIDs {
-		if !contains(st.Completed, id) {
+		if !slices.Contains(st.Completed, id) {
 			st.Completed = append(st.Completed, id)
 			progress = true
 		}
@@ -166,13 +167,4 @@ func (r *run) afterObserve(plan *Plan, eval *Evaluation) error {
 			st.Stalled, plan.NextAction.StepID, plan.NextAction.Tool), Blocked)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if strings.EqualFold(x, s) && x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -14,7 +14,7 @@ const PreviewMarkdown = 800
 func Markdown(evs []Event) string {
 	var b strings.Builder
 	for _, e := range evs {
-		d := normalize(e.Data)
+		d := PlainData(e.Data)
 		switch e.Type {
 		case EventRunStart:
 			fmt.Fprintf(&b, "# Run `%s`\n\n**Goal:** %v\n\n", e.RunID, d["goal"])
@@ -81,9 +81,9 @@ func toFloat(v any) float64 {
 	return 0
 }
 
-// normalize gives in-process events the shape they have after the bus
-// (JSON), so both render the same.
-func normalize(d map[string]any) map[string]any {
+// PlainData gives event data (typed values in process) the shape it has
+// after JSON, the bus's shape, so both are read and recorded the same.
+func PlainData(d map[string]any) map[string]any {
 	b, err := json.Marshal(d)
 	if err != nil {
 		return d

@@ -37,7 +37,12 @@ func (b *Steps) Step(ev Event) *trace.Step {
 	if b.calls == nil {
 		b.calls = map[string]stepCall{}
 	}
-	d := normalize(ev.Data)
+	switch ev.Type {
+	case EventPlanCreated, EventContractViolation, EventToolCall, EventToolResult, EventEvaluationCreated, EventRunEnd:
+	default:
+		return nil // most events are not steps: no need to reshape them
+	}
+	d := PlainData(ev.Data)
 	var s *trace.Step
 	switch ev.Type {
 	case EventPlanCreated:
@@ -65,10 +70,8 @@ func (b *Steps) Step(ev Event) *trace.Step {
 			Description: c.rationale, ParentStepID: c.actStep, Metadata: meta}
 	case EventEvaluationCreated:
 		s = &trace.Step{Type: trace.TypeObservation, Name: "observe", Output: d, ParentStepID: b.lastRun, Description: str(d["evidence"])}
-	case EventRunEnd:
+	default: // EventRunEnd
 		s = &trace.Step{Type: trace.TypeDecision, Name: "run_end", Output: d, Description: fmt.Sprintf("the run ended %v", d["status"])}
-	default:
-		return nil
 	}
 	if s.StepID == "" {
 		s.StepID = StepID(ev, s.Name)

@@ -74,7 +74,7 @@ func bump(m *map[string]int, k string) {
 func (t *Telemetry) Emit(ev Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := normalize(ev.Data)
+	d := ev.Data // scalars only: NumberOf and str read both shapes
 	switch ev.Type {
 	case EventRunStart:
 		if t.starts == nil {

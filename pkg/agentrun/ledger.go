@@ -159,7 +159,7 @@ func (d *Decisions) append(ctx context.Context, kind string, data map[string]any
 	if d.w == nil {
 		return
 	}
-	if _, _, err := d.w.Append(ctx, kind, normalizeData(data)); err != nil {
+	if _, _, err := d.w.Append(ctx, kind, agent.PlainData(data)); err != nil {
 		d.fail(err)
 	}
 }
@@ -178,17 +178,3 @@ func (d *Decisions) Errors() []string {
 }
 
 func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }
-
-// normalizeData gives in-process event data (typed values, int64) the
-// shape JSON gives it, so the record's canonical form is stable.
-func normalizeData(m map[string]any) map[string]any {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return map[string]any{"unencodable": err.Error()}
-	}
-	var out map[string]any
-	if json.Unmarshal(b, &out) != nil {
-		return map[string]any{}
-	}
-	return out
-}

@@ -186,7 +186,7 @@ func (g *Gateway) Screen(ctx context.Context, c agent.GateCall, emit Emit) (d De
 	if d.Tier < g.cfg.ApprovalThreshold {
 		return d
 	}
-	req := ApprovalRequest{ID: approvalID(c), Tool: c.Tool, Arguments: RedactSecrets(plainJSON(args)), Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
+	req := ApprovalRequest{ID: approvalID(c), Tool: c.Tool, Arguments: RedactSecrets(agent.PlainData(args)), Tier: d.Tier, Findings: fs, RunID: c.RunID, SessionID: c.SessionID,
 		Iteration: c.Iteration, Goal: c.Goal, Rationale: c.Rationale, Agent: c.Agent}
 	emit("approval.requested", map[string]any{"tool": c.Tool, "safety": string(c.Safety), "tier": d.Tier.String(), "approval_id": req.ID,
 		"approver": approverKind(g.approver)})
@@ -390,17 +390,6 @@ func (g *Gateway) ScreenResult(tool, text string, emit func(string, map[string]a
 		return out, nil
 	}
 	return out, &agent.GateVerdict{Blocked: true, Record: *d}
-}
-
-// plainJSON turns json.Number values back into ordinary JSON values.
-func plainJSON(v map[string]any) any {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return v
-	}
-	var out any
-	_ = json.Unmarshal(b, &out)
-	return out
 }
 
 // approverKind names an approver for people reading the run.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -496,7 +497,7 @@ func allowedAt(loc string) string {
 func (f *File) check() []string {
 	var probs []string
 	for i, t := range f.Tools {
-		if !contains(ToolNames, t) {
+		if !slices.Contains(ToolNames, t) {
 			probs = append(probs, fmt.Sprintf("tools[%d]: %q is not a built-in tool; known: %s", i, t, strings.Join(ToolNames, ", ")))
 		}
 	}
@@ -514,15 +515,6 @@ func (f *File) check() []string {
 		}
 	}
 	return probs
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // resolve makes relative paths relative to the config file's folder.
@@ -647,16 +639,16 @@ func (f *File) Build(d Deps) (agent.Config, error) {
 			names = without(names, "load_skill")
 		}
 	}
-	if !contains(names, "submit") {
+	if !slices.Contains(names, "submit") {
 		names = append(names, "submit")
 	}
-	if contains(names, "load_skill") && lib == nil {
+	if slices.Contains(names, "load_skill") && lib == nil {
 		return agent.Config{}, errors.New("tools: load_skill needs skills: {dirs: [...]}")
 	}
 	if allowed := f.Governance.AllowedTools; len(allowed) > 0 {
 		var outside []string
 		for _, n := range names {
-			if n != "submit" && !contains(allowed, n) {
+			if n != "submit" && !slices.Contains(allowed, n) {
 				outside = append(outside, n)
 			}
 		}
@@ -928,10 +920,10 @@ var operations = map[string][]string{
 func (g *Guardrails) check() error {
 	tool := func(key, name string) error {
 		t, op, hasOp := strings.Cut(name, ":")
-		if !contains(ToolNames, t) {
+		if !slices.Contains(ToolNames, t) {
 			return fmt.Errorf("guardrails.%s: %q is not a tool; known: %s", key, t, strings.Join(ToolNames, ", "))
 		}
-		if hasOp && !contains(operations[t], op) {
+		if hasOp && !slices.Contains(operations[t], op) {
 			return fmt.Errorf("guardrails.%s: %q is not an operation of %s; known: %s", key, op, t, strings.Join(operations[t], ", "))
 		}
 		return nil
