@@ -3,7 +3,6 @@ package agentrun
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
@@ -33,10 +32,15 @@ type Feed struct {
 	// the run will go on under another runner.
 	Hold func(agent.Event) bool
 
-	mu      sync.Mutex
-	steps   agent.Steps
-	errs    []string
-	futures []pending
+	mu    sync.Mutex
+	steps agent.Steps
+	once  sync.Once
+	acks  *asyncAcks
+}
+
+func (f *Feed) sent() *asyncAcks {
+	f.once.Do(func() { f.acks = &asyncAcks{js: f.JS} })
+	return f.acks
 }
 
 // Emit implements agent.Sink.
@@ -88,54 +92,17 @@ func (f *Feed) step(ev agent.Event, s *trace.Step) {
 }
 
 func (f *Feed) publish(ev agent.Event, m *nats.Msg) {
-	fut, err := f.JS.PublishMsgAsync(m)
-	if err != nil {
-		f.check(ev, err)
-		return
-	}
-	f.futures = append(f.futures, pending{fut, ev.Type})
-	if len(f.futures) >= 256 { // bounded on long runs
-		f.settle(context.Background())
-	}
-}
-
-type pending struct {
-	fut jetstream.PubAckFuture
-	typ string
+	f.sent().publish(m, "audit step for "+ev.Type)
 }
 
 // Flush waits for the steps to be stored.
-func (f *Feed) Flush(ctx context.Context) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.settle(ctx)
-}
-
-// settle waits for the pending publishes; f.mu is held.
-func (f *Feed) settle(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // for all of them together
-	defer cancel()
-	for _, p := range f.futures {
-		select {
-		case <-p.fut.Ok():
-		case err := <-p.fut.Err():
-			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: %v", p.typ, err))
-		case <-ctx.Done():
-			f.errs = append(f.errs, fmt.Sprintf("audit step for %s: not stored: %v", p.typ, ctx.Err()))
-		}
-	}
-	f.futures = nil
-}
+func (f *Feed) Flush(ctx context.Context) { f.sent().flush(ctx) }
 
 func (f *Feed) check(ev agent.Event, err error) {
 	if err != nil {
-		f.errs = append(f.errs, fmt.Sprintf("audit step for %s: %v", ev.Type, err))
+		f.sent().fail("audit step for "+ev.Type, err)
 	}
 }
 
 // Errors are the steps that did not reach the pipeline.
-func (f *Feed) Errors() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.errs...)
-}
+func (f *Feed) Errors() []string { return f.sent().failures() }

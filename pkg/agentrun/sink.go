@@ -3,9 +3,7 @@ package agentrun
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,9 +34,13 @@ type Events struct {
 	// goes on under another runner).
 	Hold func(agent.Event) bool
 
-	mu      sync.Mutex
-	futures []jetstream.PubAckFuture
-	errs    []string
+	once sync.Once
+	acks *asyncAcks
+}
+
+func (e *Events) sent() *asyncAcks {
+	e.once.Do(func() { e.acks = &asyncAcks{js: e.JS} })
+	return e.acks
 }
 
 // Emit implements agent.Sink.
@@ -47,50 +49,18 @@ func (e *Events) Emit(ev agent.Event) {
 		return
 	}
 	b, err := json.Marshal(ev)
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err != nil {
-		e.errs = append(e.errs, fmt.Sprintf("event %s: %v", ev.Type, err))
+		e.sent().fail("event "+ev.Type, err)
 		return
 	}
 	m := nats.NewMsg(EventSubject(ev.RunID, ev.Type))
 	m.Data = b
 	m.Header.Set(jetstream.MsgIDHeader, ev.ID)
-	f, err := e.JS.PublishMsgAsync(m)
-	if err != nil {
-		e.errs = append(e.errs, fmt.Sprintf("event %s: %v", ev.Type, err))
-		return
-	}
-	e.futures = append(e.futures, f)
-	if len(e.futures) >= 256 { // keep the pending list short on long runs
-		e.settle(context.Background(), 10*time.Second)
-	}
-}
-
-// settle waits for the pending publishes, d for all of them together;
-// e.mu is held.
-func (e *Events) settle(ctx context.Context, d time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for _, f := range e.futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			e.errs = append(e.errs, fmt.Sprintf("event on %s: %v", f.Msg().Subject, err))
-		case <-ctx.Done():
-			e.errs = append(e.errs, fmt.Sprintf("event on %s: not stored: %v", f.Msg().Subject, ctx.Err()))
-		}
-	}
-	e.futures = e.futures[:0]
+	e.sent().publish(m, "event on "+m.Subject)
 }
 
 // Flush waits for every event to be stored and returns the failures.
-func (e *Events) Flush(ctx context.Context) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.settle(ctx, 10*time.Second)
-	return append([]string(nil), e.errs...)
-}
+func (e *Events) Flush(ctx context.Context) []string { return e.sent().flush(ctx) }
 
 // Sinks fans an event out to several sinks, in order.
 type Sinks []agent.Sink
