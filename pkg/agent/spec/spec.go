@@ -311,12 +311,11 @@ func Load(path string, lookup func(string) (string, bool)) (*File, error) {
 		}
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	f, err := Parse(b, path, lookup)
+	doc, err := portable(b, path)
 	if err != nil {
 		return nil, err
 	}
-	f.resolve(filepath.Dir(path))
-	return f, nil
+	return Parse(doc, path, lookup)
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
@@ -517,29 +516,6 @@ func (f *File) check() []string {
 	return probs
 }
 
-// resolve makes relative paths relative to the config file's folder.
-func (f *File) resolve(dir string) {
-	abs := func(p string) string {
-		if p == "" || filepath.IsAbs(p) {
-			return p
-		}
-		return filepath.Join(dir, p)
-	}
-	f.LLM.Script = abs(f.LLM.Script)
-	if f.Workspace != "" {
-		f.Workspace = abs(f.Workspace)
-	}
-	if f.Skills != nil {
-		for i, d := range f.Skills.Dirs {
-			f.Skills.Dirs[i] = abs(d)
-		}
-	}
-	if p := f.Audit.Policy; p != "" && (strings.ContainsAny(p, `/\`) || strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml") || strings.HasSuffix(p, ".json")) {
-		f.Audit.Policy = abs(p)
-	}
-	f.Observability.EventsFile = abs(f.Observability.EventsFile)
-}
-
 // Deps is what building needs from the caller.
 type Deps struct {
 	Providers *llm.Providers
@@ -729,13 +705,20 @@ func Portable(path string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	js, err := yaml.YAMLToJSON(b)
+	return portable(b, path)
+}
+
+// portable makes the paths of a config document absolute (relative to its
+// file's folder) and leaves everything else as written: Load parses the
+// result, Portable sends it.
+func portable(b []byte, path string) (json.RawMessage, error) {
+	js, err := yaml.YAMLToJSONStrict(b) // a key given twice is an error
 	if err != nil {
-		return nil, fmt.Errorf("agent config %s: %w", path, err)
+		return nil, &Error{Source: path, Problems: []string{"not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")}}
 	}
 	var doc map[string]any
-	if err := json.Unmarshal(js, &doc); err != nil {
-		return nil, fmt.Errorf("agent config %s: %w", path, err)
+	if err := json.Unmarshal(js, &doc); err != nil || doc == nil {
+		return nil, &Error{Source: path, Problems: []string{"the config must be a mapping of keys (name:, llm:, tools:, …)"}}
 	}
 	dir, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
