@@ -145,6 +145,7 @@ var components = []component{
 			return nil, err
 		}
 		c.ProviderPolicy = pp
+		c.WorkspaceRoot = os.Getenv("TROY_AGENT_WORKSPACE_ROOT")
 		c.Partitions = bus.StreamPartitions(b.deps.Topology)
 		settings := spec.EnvThen(dotEnvLookup())
 		c.Env = spec.Only(strings.Split(os.Getenv("TROY_AGENT_ENV"), ","), settings)

@@ -3,6 +3,8 @@ package agentrun_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -97,4 +99,24 @@ func TestDailyQuota(t *testing.T) {
 	assert.Equal(t, agent.Exhausted, third.Status)
 	assert.Contains(t, third.Answer, "daily quota of $0.08 for agent spender is spent")
 	assert.Zero(t, third.Iterations)
+}
+
+// A runner with a workspace root refuses a queued run's workspace outside it.
+func TestWorkspaceRoot(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	r, err := agentrun.New(context.Background(), srv.JS, 8, zerolog.Nop())
+	require.NoError(t, err)
+	r.Providers.Register("instant", func(llm.ProviderConfig) (llm.Provider, error) { return instant{}, nil })
+	r.WorkspaceRoot = t.TempDir()
+	cfg := json.RawMessage(`{"name": "t", "llm": {"provider": "instant"}, "tools": ["scratchpad", "submit"], "budget": {"max_iterations": 1}, "audit": {"enabled": false}}`)
+	req := agentrun.Request{RunID: agent.NewID(), SessionID: agent.NewID(), Goal: "g", Config: cfg, Workspace: t.TempDir()}
+	_, err = r.Execute(context.Background(), req, nil, nil)
+	require.ErrorIs(t, err, agentrun.ErrBadRequest)
+	assert.Contains(t, err.Error(), "outside")
+	inside := filepath.Join(r.WorkspaceRoot, "ws")
+	require.NoError(t, os.MkdirAll(inside, 0o755))
+	req.Workspace, req.RunID, req.SessionID = inside, agent.NewID(), agent.NewID()
+	out, err := r.Execute(context.Background(), req, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, agent.Exhausted, out.Status)
 }

@@ -107,6 +107,9 @@ type Runner struct {
 	// Approver decides calls whose config names no approver (the CLI's
 	// terminal); nil denies them.
 	Approver guardrails.Approver
+	// WorkspaceRoot, when set, is the only folder a queued run's workspace
+	// may be in: whoever queues a run names the folder its tools touch.
+	WorkspaceRoot string
 	// WriterName signs the ledger records this runner writes.
 	WriterName string
 	// Stopping reports that the runner is shutting down (nil: never).
@@ -180,6 +183,9 @@ func (r *Runner) Execute(ctx context.Context, req Request, ctl *agent.Control, e
 		}
 	default:
 		return Outcome{}, fmt.Errorf("loading session %s: %w", req.SessionID, err)
+	}
+	if err := r.confine(req.Workspace); err != nil {
+		return r.refuse(ctx, req, fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
 	file, err := spec.ParseWith(req.Config, "in the run request", r.Env)
 	if err != nil {
@@ -458,4 +464,26 @@ func protectedFiles(configPath string) []string {
 		out = append(out, env)
 	}
 	return out
+}
+
+// confine refuses a workspace outside WorkspaceRoot (links followed).
+func (r *Runner) confine(ws string) error {
+	if r.WorkspaceRoot == "" {
+		return nil
+	}
+	if ws == "" {
+		return fmt.Errorf("the workspace must be named and lie in %s", r.WorkspaceRoot)
+	}
+	root, err := filepath.EvalSymlinks(r.WorkspaceRoot)
+	if err != nil {
+		return fmt.Errorf("workspace root %s: %w", r.WorkspaceRoot, err)
+	}
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("workspace %s is outside %s, the only folder this runner works in", ws, r.WorkspaceRoot)
+	}
+	return nil
 }

@@ -54,6 +54,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// ProviderPolicy is the operator's limit on providers and models.
 	ProviderPolicy *spec.ProviderPolicy
+	// WorkspaceRoot confines queued runs' workspaces ("" : anywhere).
+	WorkspaceRoot string
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -88,7 +90,7 @@ func New(ctx context.Context, deps bus.Deps, nc *nats.Conn, cfg Config) (*Servic
 	if err != nil {
 		return nil, err
 	}
-	r.Env, r.Settings, r.ProviderPolicy = cfg.Env, cfg.Settings, cfg.ProviderPolicy
+	r.Env, r.Settings, r.ProviderPolicy, r.WorkspaceRoot = cfg.Env, cfg.Settings, cfg.ProviderPolicy, cfg.WorkspaceRoot
 	host, _ := os.Hostname()
 	r.WriterName = fmt.Sprintf("agent-runner@%s/%d", host, os.Getpid())
 	if cfg.Registerer != nil {
