@@ -55,8 +55,7 @@ func TestStreamerKilledMidStream(t *testing.T) {
 	}
 	start("ingest,graph,evaluator,explainer,scorer,reporter")
 	streamers := []proc{start("streamer", "--stream-member", "1/2"), start("streamer", "--stream-member", "2/2")}
-	time.Sleep(time.Second) // the members are pinned first; the standby waits behind them
-	standby := start("streamer")
+	var standby proc
 	metric := func(p proc, re *regexp.Regexp) int {
 		body, _ := get(t, p.http+"/metrics")
 		m := re.FindStringSubmatch(body)
@@ -108,6 +107,16 @@ func TestStreamerKilledMidStream(t *testing.T) {
 			require.NoError(t, err)
 		}
 		time.Sleep(2 * time.Millisecond) // a stream, not a burst
+		if s == 0 {
+			// A partition is pinned to whichever waiting pull gets its first
+			// message, so the standby starts only once the members hold every
+			// partition that carries traffic; started earlier, it may win one.
+			for wait := time.Now(); metric(streamers[0], streamerSteps)+metric(streamers[1], streamerSteps) < traces; {
+				require.Less(t, time.Since(wait), 30*time.Second, "the members took the first step of every trace")
+				time.Sleep(20 * time.Millisecond)
+			}
+			standby = start("streamer")
+		}
 		if s == steps/2 {
 			a, b, c := metric(streamers[0], streamerSteps), metric(streamers[1], streamerSteps), metric(standby, streamerSteps)
 			t.Logf("steps taken before the kill: member 1/2 %d, member 2/2 %d, standby %d", a, b, c)
