@@ -46,6 +46,9 @@ type Stream struct {
 	// (the ledger). Rollups stay off for every stream.
 	DenyDelete bool `json:"deny_delete,omitempty"`
 	DenyPurge  bool `json:"deny_purge,omitempty"`
+	// AllowAtomic admits atomic batch publishes (the ledger's batched
+	// appends: all records of a batch or none).
+	AllowAtomic bool `json:"allow_atomic,omitempty"`
 }
 
 // Consumer is one durable pull consumer, named for the service that reads it.

@@ -106,6 +106,8 @@ func streamConfig(s pipelines.Stream) (jetstream.StreamConfig, error) {
 		AllowDirect: s.AllowDirect,
 		DenyDelete:  s.DenyDelete,
 		DenyPurge:   s.DenyPurge,
+
+		AllowAtomicPublish: s.AllowAtomic,
 	}
 	switch s.Retention {
 	case "limits", "":

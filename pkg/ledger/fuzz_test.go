@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/gowebpki/jcs"
+
 	"github.com/troy-audit/troy/pkg/ledger"
 )
 
@@ -27,6 +29,23 @@ func FuzzVerify(f *testing.F) {
 		}
 		if bytes.Equal(first, second) {
 			t.Fatal("the same record twice accepted")
+		}
+	})
+}
+
+// FuzzIsCanonical holds the one-pass check to the reference transform:
+// bytes are canonical exactly when jcs.Transform gives them back unchanged.
+func FuzzIsCanonical(f *testing.F) {
+	for _, s := range []string{`{"a":1,"b":[true,null,"x"]}`, `{"b":1,"a":2}`, `{"a":1,"a":2}`, `[1.5,-0,1e21,1E3,0.1]`,
+		`"\u001f\n\u0041"`, `{"\ud83d\ude00":1,"\uffff":2}`, `{"😀":1,"":2}`, `{"":1}`, ` 1`, `"\/"`, `[1e+21,-1.5e-7,123456789012345678]`,
+		"\"\xff\"", `{"a" :1}`, `[]`, `{}`, `"\u00e9"`, `"é"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := jcs.Transform(b)
+		want := err == nil && bytes.Equal(out, b)
+		if got := ledger.IsCanonical(b); got != want {
+			t.Fatalf("IsCanonical(%q) = %v, jcs.Transform says %v (%q, %v)", b, got, want, out, err)
 		}
 	})
 }

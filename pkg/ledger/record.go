@@ -6,12 +6,13 @@
 package ledger
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/gowebpki/jcs"
@@ -55,7 +56,8 @@ func EntryHash(canonical []byte) string {
 	h := sha256.New()
 	h.Write([]byte(domain))
 	h.Write(canonical)
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // Fault is the first problem verification found.
@@ -77,44 +79,83 @@ func Decode(b []byte) (Record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return r, fmt.Errorf("unreadable: %w", err)
 	}
-	c, err := jcs.Transform(b)
-	if err != nil {
-		return r, fmt.Errorf("unreadable: %w", err)
-	}
-	if !bytes.Equal(c, b) {
-		return r, errors.New("not in canonical form")
+	if f := canonicalFault(b); f != nil {
+		return r, errors.New(f.Msg)
 	}
 	return r, nil
+}
+
+// canonicalFault says why b is not canonical, or nil when it is.
+func canonicalFault(b []byte) *Fault {
+	if IsCanonical(b) {
+		return nil
+	}
+	if _, err := jcs.Transform(b); err != nil {
+		return &Fault{Kind: "unreadable", Msg: "unreadable: " + err.Error()}
+	}
+	return &Fault{Kind: "not_canonical", Msg: "not in canonical form"}
 }
 
 // Verify checks one ledger's records in order: canonical bytes, one ledger,
 // contiguous seq from 1, each linked to the previous entry's hash. It
 // returns the head hash, or the first fault. (A cut tail is only seen
-// against a signed checkpoint.)
+// against a signed checkpoint.) Entries are read and hashed on every core;
+// only the links are followed in order.
 func Verify(entries [][]byte) (head string, err error) {
+	checked := make([]checkedEntry, len(entries))
+	parallel(len(entries), func(i int) { checked[i] = check(entries[i]) })
 	prev := Genesis
-	var ledger string
-	for i, b := range entries {
-		r, derr := Decode(b)
-		if derr != nil {
-			kind := "unreadable"
-			if derr.Error() == "not in canonical form" {
-				kind = "not_canonical"
-			}
-			return "", &Fault{Index: i, Seq: r.Seq, Kind: kind, Msg: derr.Error()}
-		}
-		if i == 0 {
-			ledger = r.Ledger
-		}
+	for i, c := range checked {
 		switch {
-		case r.Ledger != ledger:
-			return "", &Fault{Index: i, Seq: r.Seq, Kind: "wrong_ledger", Msg: fmt.Sprintf("record of ledger %q among %q", r.Ledger, ledger)}
-		case r.Seq != uint64(i+1):
-			return "", &Fault{Index: i, Seq: r.Seq, Kind: "seq_gap", Msg: fmt.Sprintf("seq %d where %d belongs (a record deleted, added or moved)", r.Seq, i+1)}
-		case r.PrevHash != prev:
-			return "", &Fault{Index: i, Seq: r.Seq, Kind: "prev_mismatch", Msg: fmt.Sprintf("prev_hash %.12s… is not the previous entry's %.12s… (an earlier record was changed)", r.PrevHash, prev)}
+		case c.fault != nil:
+			c.fault.Index = i
+			return "", c.fault
+		case c.Ledger != checked[0].Ledger:
+			return "", &Fault{Index: i, Seq: c.Seq, Kind: "wrong_ledger", Msg: fmt.Sprintf("record of ledger %q among %q", c.Ledger, checked[0].Ledger)}
+		case c.Seq != uint64(i+1):
+			return "", &Fault{Index: i, Seq: c.Seq, Kind: "seq_gap", Msg: fmt.Sprintf("seq %d where %d belongs (a record deleted, added or moved)", c.Seq, i+1)}
+		case c.PrevHash != prev:
+			return "", &Fault{Index: i, Seq: c.Seq, Kind: "prev_mismatch", Msg: fmt.Sprintf("prev_hash %.12s… is not the previous entry's %.12s… (an earlier record was changed)", c.PrevHash, prev)}
 		}
-		prev = EntryHash(b)
+		prev = c.hash
 	}
 	return prev, nil
+}
+
+// checkedEntry is what Verify needs of one record.
+type checkedEntry struct {
+	Ledger   string `json:"ledger"`
+	Seq      uint64 `json:"seq"`
+	PrevHash string `json:"prev_hash"`
+	hash     string
+	fault    *Fault
+}
+
+// check reads the chain fields of one stored record (its data is not
+// decoded) and confirms the bytes are canonical.
+func check(b []byte) (c checkedEntry) {
+	if err := json.Unmarshal(b, &c); err != nil {
+		c.fault = &Fault{Kind: "unreadable", Msg: "unreadable: " + err.Error()}
+		return c
+	}
+	if c.fault = canonicalFault(b); c.fault != nil {
+		c.fault.Seq = c.Seq
+		return c
+	}
+	c.hash = EntryHash(b)
+	return c
+}
+
+// parallel runs fn(0…n-1) on every core, in contiguous chunks.
+func parallel(n int, fn func(int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/256+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w * n / workers; i < (w+1)*n/workers; i++ {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }

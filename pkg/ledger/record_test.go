@@ -2,8 +2,10 @@ package ledger_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
+	"github.com/gowebpki/jcs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,4 +64,12 @@ func TestVerifyFindsEachFault(t *testing.T) {
 
 	_, err = ledger.Verify(good[:3])
 	assert.NoError(t, err, "a cut tail is only visible against a checkpoint")
+}
+
+func TestIsCanonicalAtTheNestingLimit(t *testing.T) {
+	for _, depth := range []int{10000, 10001} {
+		b := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
+		out, err := jcs.Transform(b)
+		assert.Equal(t, err == nil && bytes.Equal(out, b), ledger.IsCanonical(b), "depth %d", depth)
+	}
 }

@@ -3,13 +3,16 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/troy-audit/troy/pipelines"
 )
@@ -81,39 +84,118 @@ func (w *Writer) Head() (uint64, string) {
 
 // Append adds a record and returns its seq and entry hash.
 func (w *Writer) Append(ctx context.Context, kind string, data map[string]any) (uint64, string, error) {
+	return w.AppendBatch(ctx, []Entry{{Kind: kind, Data: data}})
+}
+
+// Entry is one record to append: what kind of decision, and its data.
+type Entry struct {
+	Kind string
+	Data map[string]any
+}
+
+// MaxBatch is the most records one AppendBatch stores (the server's atomic
+// batch limit is 1,000).
+const MaxBatch = 500
+
+// AppendBatch adds records as one atomic batch: all are stored, in order
+// and contiguous in the ledger, or none is. Only the first states the
+// ledger's expected last sequence — the server admits no other writer to
+// the subject while the batch commits — so a batch costs one round trip
+// however many records it holds. It returns the last record's seq and
+// entry hash.
+func (w *Writer) AppendBatch(ctx context.Context, entries []Entry) (uint64, string, error) {
+	if len(entries) == 0 || len(entries) > MaxBatch {
+		return 0, "", fmt.Errorf("ledger %s: a batch holds 1 to %d records, not %d", w.ledger, MaxBatch, len(entries))
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rec := Record{Ledger: w.ledger, Seq: w.seq + 1, Kind: kind, TS: time.Now().UTC().Format(time.RFC3339Nano),
-		Writer: w.name, Data: data, PrevHash: w.head}
-	b, err := Canonical(rec)
-	if err != nil {
-		return 0, "", err
+	ts := time.Now().UTC().Format(time.RFC3339Nano)
+	msgs := make([]*nats.Msg, len(entries))
+	seq, head := w.seq, w.head
+	batch := nuid.Next()
+	for i, e := range entries {
+		seq++
+		b, err := Canonical(Record{Ledger: w.ledger, Seq: seq, Kind: e.Kind, TS: ts, Writer: w.name, Data: e.Data, PrevHash: head})
+		if err != nil {
+			return 0, "", err
+		}
+		head = EntryHash(b)
+		m := nats.NewMsg(Subject(w.ledger))
+		m.Data = b
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", w.ledger, seq))
+		if len(entries) > 1 {
+			m.Header.Set(hdrBatchID, batch)
+			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		}
+		msgs[i] = m
 	}
-	m := nats.NewMsg(Subject(w.ledger))
-	m.Data = b
-	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", w.ledger, rec.Seq))
-	ack, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(w.lastSeq))
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return 0, "", fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, w.seq)
-		}
-		// The ack may have been lost after the record was stored: what is
-		// the ledger's last record now?
-		if serr := w.sync(context.WithoutCancel(ctx)); serr != nil {
-			return 0, "", fmt.Errorf("ledger %s: append: %w (and reading back: %v)", w.ledger, err, serr)
-		}
-		if w.seq == rec.Seq {
-			last, gerr := w.stream.GetMsg(context.WithoutCancel(ctx), w.lastSeq)
-			if gerr == nil && bytes.Equal(last.Data, b) {
-				return w.seq, w.head, nil // it was stored: the ack was lost
-			}
-			return 0, "", fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, rec.Seq)
-		}
-		return 0, "", fmt.Errorf("ledger %s: append: %w", w.ledger, err)
+	first, last := msgs[0], msgs[len(msgs)-1]
+	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.lastSeq, 10))
+	if len(entries) > 1 {
+		last.Header.Set(hdrBatchCommit, "1")
 	}
-	w.seq, w.lastSeq, w.head = rec.Seq, ack.Sequence, EntryHash(b)
-	return w.seq, w.head, nil
+	stored, err := w.publish(ctx, msgs)
+	if err == nil {
+		w.seq, w.lastSeq, w.head = seq, stored, head
+		return w.seq, w.head, nil
+	}
+	if errors.Is(err, ErrFenced) {
+		return 0, "", fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, w.seq)
+	}
+	// The ack may have been lost after the batch was stored: what is the
+	// ledger's last record now?
+	before := w.seq
+	if serr := w.sync(context.WithoutCancel(ctx)); serr != nil {
+		return 0, "", fmt.Errorf("ledger %s: append: %w (and reading back: %v)", w.ledger, err, serr)
+	}
+	switch w.seq {
+	case before:
+		return 0, "", fmt.Errorf("ledger %s: append: %w", w.ledger, err) // nothing stored: safe to retry
+	case seq:
+		if got, gerr := w.stream.GetMsg(context.WithoutCancel(ctx), w.lastSeq); gerr == nil && bytes.Equal(got.Data, last.Data) {
+			return w.seq, w.head, nil // it was stored: the ack was lost
+		}
+	}
+	return 0, "", fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, before)
+}
+
+// The atomic batch headers (ADR-50); nats.go has no constants for them.
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+// publish sends msgs (one message, or an atomic batch whose last message
+// commits it) and returns the stream sequence of the last.
+func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	nc := w.js.Conn()
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := nc.PublishMsg(m); err != nil {
+			return 0, err
+		}
+	}
+	resp, err := nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return 0, err
+	}
+	var ack struct {
+		Error *jetstream.APIError `json:"error"`
+		Seq   uint64              `json:"seq"`
+		Count int                 `json:"count"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, fmt.Errorf("reading the server's ack: %w", err)
+	}
+	switch {
+	case ack.Error != nil && ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return 0, ErrFenced
+	case ack.Error != nil:
+		return 0, ack.Error
+	case len(msgs) > 1 && ack.Count != len(msgs):
+		return 0, fmt.Errorf("the server committed %d of a batch of %d", ack.Count, len(msgs))
+	}
+	return ack.Seq, nil
 }
 
 // Read returns a ledger's stored records in order.

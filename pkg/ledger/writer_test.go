@@ -54,3 +54,44 @@ func TestWriterChainsFencesAndIsSealed(t *testing.T) {
 	entries, _ = ledger.Read(ctx, srv.JS, "run1")
 	assert.Len(t, entries, 4)
 }
+
+func TestAppendBatchIsAtomicAndFenced(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	w, err := ledger.Open(ctx, srv.JS, "guard", "guard-a")
+	require.NoError(t, err)
+	stale, err := ledger.Open(ctx, srv.JS, "guard", "guard-b")
+	require.NoError(t, err)
+	other, err := ledger.Open(ctx, srv.JS, "run9", "runner")
+	require.NoError(t, err)
+
+	batch := func(n, from int) []ledger.Entry {
+		var es []ledger.Entry
+		for i := range n {
+			es = append(es, ledger.Entry{Kind: "guard", Data: map[string]any{"i": from + i}})
+		}
+		return es
+	}
+	seq, head, err := w.AppendBatch(ctx, batch(100, 0))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(100), seq)
+	_, _, err = other.Append(ctx, "iteration", nil) // another ledger interleaves in the stream
+	require.NoError(t, err)
+	seq, _, err = w.AppendBatch(ctx, batch(ledger.MaxBatch, 100))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(100+ledger.MaxBatch), seq)
+
+	_, _, err = stale.AppendBatch(ctx, batch(10, 0))
+	require.ErrorIs(t, err, ledger.ErrFenced, "a stale writer's whole batch is refused")
+	_, _, err = w.AppendBatch(ctx, batch(ledger.MaxBatch+1, 0))
+	require.Error(t, err, "an oversized batch is refused before anything is sent")
+
+	entries, err := ledger.Read(ctx, srv.JS, "guard")
+	require.NoError(t, err)
+	require.Len(t, entries, 100+ledger.MaxBatch, "nothing of the refused batches was stored")
+	got, err := ledger.Verify(entries)
+	require.NoError(t, err)
+	_, want := w.Head()
+	assert.Equal(t, want, got)
+	assert.NotEqual(t, head, got)
+}
