@@ -1,21 +1,24 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
 func newCheckCmd(g *globalFlags) *cobra.Command {
-	var action, input, metadata, typ, history, mode, agentName, session string
+	var action, input, metadata, typ, history, mode, agentName, session, ledgerURL string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "check POLICY -a ACTION",
@@ -35,6 +38,9 @@ policy file whose exact version it has stored, and --session names the session
 whose allowed actions count as history. An unreachable guard blocks.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ledgerURL != "" && g.natsURL != "" {
+				return codeError{exitError, errors.New("--ledger is for in-process checks: with --nats-url, the guard of troy serve records its decisions (its --ledger)")}
+			}
 			req := guard.Request{Mode: mode, SessionID: session, Action: guard.Action{Type: typ, Name: action}, Agent: guard.Agent{Name: agentName}}
 			if input != "" {
 				if err := json.Unmarshal([]byte(input), &req.Action.Input); err != nil {
@@ -77,7 +83,15 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 				if err != nil {
 					return codeError{exitError, err}
 				}
-				checker = &guard.Local{Policies: guard.Static{E: engine}}
+				local := &guard.Local{Policies: guard.Static{E: engine}}
+				if ledgerURL != "" {
+					disconnect, err := recordChecks(cmd.Context(), g, ledgerURL, local)
+					if err != nil {
+						return codeError{exitError, err}
+					}
+					defer disconnect()
+				}
+				checker = local
 			}
 			d, err := checker.Check(cmd.Context(), req)
 			if err != nil {
@@ -104,7 +118,38 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 	fl.StringVar(&agentName, "agent", "", "the agent's name (agent.name in conditions)")
 	fl.StringVar(&session, "session", "", "with --nats-url: the session whose allowed actions are the history")
 	fl.DurationVar(&timeout, "timeout", 2*time.Second, "with --nats-url: block when the guard does not answer within this")
+	fl.StringVar(&ledgerURL, "ledger", "", "record the decision in the decision ledger of the NATS server at this URL (ledger check-<host>); a decision that cannot be recorded blocks")
 	return cmd
+}
+
+// recordChecks makes local record its decisions on the ledger of the NATS
+// server at url, each before it is given; the returned func disconnects.
+func recordChecks(ctx context.Context, g *globalFlags, url string, local *guard.Local) (func(), error) {
+	cfg := g.client("troy-check")
+	cfg.URL = url
+	nc, err := bus.Connect(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--ledger: %w", err)
+	}
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	id := "check-" + strings.Map(func(r rune) rune {
+		if r <= ' ' || r == '.' || r == '*' || r == '>' {
+			return '-'
+		}
+		return r
+	}, host)
+	w, err := ledger.Open(ctx, js, id, "troy check")
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("--ledger: %w (is this troy serve's NATS, with the ledger streams?)", err)
+	}
+	local.Recorder = guard.LedgerRecorder{L: w}
+	return nc.Close, nil
 }
 
 // remotePolicyRef is what a remote guard is asked to use: a policy file's

@@ -11,6 +11,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/agentrunner"
 	"github.com/troy-audit/troy/services/evaluator"
@@ -125,6 +126,9 @@ var components = []component{
 	{"guard", kindService, "action checks over NATS and HTTP", func(ctx context.Context, b *builder) (runFunc, error) {
 		c := guardserver.DefaultConfig()
 		c.DefaultPolicy = b.defaultPolicy()
+		if b.cfg.ledger {
+			c.Ledger = ledger.InstanceID("guard")
+		}
 		s, err := guardserver.New(ctx, b.st.nc, b.deps, b.reg, c)
 		if err != nil {
 			return nil, err

@@ -355,6 +355,18 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	assert.Equal(t, guard.Block, d.Decision, d.Reason)
 	assert.Equal(t, "troy-examples", d.PolicyID)
 
+	// Each decision the guard gave, and one checked in process with
+	// --ledger, is in the decision ledger, and every chain holds.
+	r = troy(t, dir, "check", policy, "-a", "docs_search", "--ledger", natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Eventually(t, func() bool {
+		r = troy(t, dir, "ledger", "list", "--nats-url", natsURL)
+		return regexp.MustCompile(`(?m)^guard-\S+ +2$`).MatchString(r.stdout)
+	}, 10*time.Second, 100*time.Millisecond, "the guard's two decisions are recorded")
+	assert.Regexp(t, `(?m)^check-\S+ +1$`, r.stdout)
+	r = troy(t, dir, "ledger", "verify", "--all", "--nats-url", natsURL)
+	assert.Equal(t, 0, r.code, r.stdout+r.stderr)
+
 	// Findings for SIEMs: replayed with --since, filtered by severity.
 	// 4 critical from the batch through serve, 1 from the trace posted over
 	// HTTP, 1 from the streamed one

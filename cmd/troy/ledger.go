@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/transparency-dev/formats/log"
 
-	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/ledger"
 )
 
@@ -23,8 +22,8 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 		Short: "Print a ledger's records (a run id or a trace id)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !agentrun.ValidID(args[0]) {
-				return codeError{exitError, fmt.Errorf("ledger id %q: use a run or trace id", args[0])}
+			if err := ledger.ValidID(args[0]); err != nil {
+				return codeError{exitError, err}
 			}
 			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
 				entries, err := ledger.Read(ctx, st.js, args[0])
@@ -171,12 +170,48 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	checkpoint.Flags().StringVar(&key, "key", "", "the private key file (env TROY_LEDGER_KEY: the key itself)")
-	cmd.AddCommand(show, verify, keygen, checkpoint)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the ledgers (agent runs, guard and reporter processes) with their record counts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
+				counts, err := ledgerCounts(ctx, st.js)
+				if err != nil {
+					return err
+				}
+				ids := make([]string, 0, len(counts))
+				for id := range counts {
+					ids = append(ids, id)
+				}
+				sort.Strings(ids)
+				for _, id := range ids {
+					fmt.Fprintf(cmd.OutOrStdout(), "%-48s %d\n", id, counts[id])
+				}
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(list, show, verify, keygen, checkpoint)
 	return cmd
 }
 
 // ledgerIDs lists the ledgers in the stream.
 func ledgerIDs(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	counts, err := ledgerCounts(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(counts))
+	for id := range counts {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// ledgerCounts is each ledger's number of records.
+func ledgerCounts(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
 	s, err := js.Stream(ctx, ledger.Stream)
 	if err != nil {
 		return nil, err
@@ -185,10 +220,9 @@ func ledgerIDs(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for subj := range info.State.Subjects {
-		ids = append(ids, strings.TrimPrefix(subj, "troy.ledger."))
+	counts := map[string]uint64{}
+	for subj, n := range info.State.Subjects {
+		counts[strings.TrimPrefix(subj, "troy.ledger.")] = n
 	}
-	sort.Strings(ids)
-	return ids, nil
+	return counts, nil
 }

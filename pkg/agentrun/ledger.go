@@ -2,14 +2,10 @@ package agentrun
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/gowebpki/jcs"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pkg/agent"
@@ -48,18 +44,6 @@ type iterationNotes struct {
 	spend      float64
 }
 
-func argsHash(v any) string {
-	b, err := jsonOf(v)
-	if err != nil {
-		return ""
-	}
-	if c, err := jcs.Transform(b); err == nil {
-		b = c
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
 // Emit implements agent.Sink.
 func (d *Decisions) Emit(ev agent.Event) {
 	d.mu.Lock()
@@ -96,7 +80,7 @@ func (d *Decisions) Emit(ev agent.Event) {
 	case agent.EventToolCall:
 		if d.it != nil {
 			d.it.calls = append(d.it.calls, map[string]any{"tool": data["tool"], "call_id": data["call_id"],
-				"arguments_sha256": argsHash(data["arguments"]), "rationale": data["rationale"], "step_id": data["step_id"]})
+				"arguments_sha256": ledger.Digest(data["arguments"]), "rationale": data["rationale"], "step_id": data["step_id"]})
 		}
 	case agent.EventToolResult:
 		if d.it != nil {
@@ -176,5 +160,3 @@ func (d *Decisions) Errors() []string {
 	defer d.mu.Unlock()
 	return append([]string(nil), d.errs...)
 }
-
-func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }

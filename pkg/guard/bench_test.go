@@ -13,6 +13,7 @@ import (
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/httpapi"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/templates"
@@ -75,6 +76,21 @@ func measure(b *testing.B, g guard.Guard, req guard.Request) {
 func BenchmarkGuardInProcess(b *testing.B) {
 	g := &guard.Local{Policies: guard.Static{E: agentSafety(b)}}
 	measure(b, g, benchRequest())
+}
+
+// BenchmarkGuardInProcessRecorded is the same check with every decision
+// recorded in the decision ledger (queued; written in batches).
+func BenchmarkGuardInProcessRecorded(b *testing.B) {
+	srv, _ := bustest.Provisioned(b)
+	rec, err := ledger.OpenBatcher(context.Background(), srv.JS, "guard-bench", "bench", ledger.BatcherOptions{Queue: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := &guard.Local{Policies: guard.Static{E: agentSafety(b)}, Recorder: guard.LedgerRecorder{L: rec}}
+	measure(b, g, benchRequest())
+	if err := rec.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func startBenchGuard(b *testing.B) (*bustest.Server, *policystore.Store) {

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +35,15 @@ type Local struct {
 	// Timeout bounds one check (none when zero); a check cut short blocks,
 	// like any rule that cannot be evaluated.
 	Timeout time.Duration
+	// Recorder, when set, keeps every decision (the decision ledger). A
+	// decision it cannot keep is not given: the action is blocked.
+	Recorder Recorder
+}
+
+// Recorder keeps a decision; it must not wait on I/O (the guard answers
+// in microseconds).
+type Recorder interface {
+	Record(req Request, d Decision) error
 }
 
 // Check implements Guard. The action is evaluated as the last step of a
@@ -43,6 +53,17 @@ type Local struct {
 // cannot be evaluated on the action (an error, or its time or memory budget
 // spent) blocks it unless the rule or policy says on_error: allow.
 func (l *Local) Check(ctx context.Context, req Request) (Decision, error) {
+	d, err := l.check(ctx, req)
+	if l.Recorder != nil {
+		if rerr := l.Recorder.Record(req, d); rerr != nil {
+			rerr = fmt.Errorf("the decision could not be recorded: %w", rerr)
+			return blocked(req, rerr), errors.Join(err, rerr)
+		}
+	}
+	return d, err
+}
+
+func (l *Local) check(ctx context.Context, req Request) (Decision, error) {
 	if err := req.Validate(); err != nil {
 		return blocked(req, err), err
 	}

@@ -60,6 +60,20 @@ func EntryHash(canonical []byte) string {
 	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
+// Digest is the SHA-256 (hex) of v's canonical JSON: what a record keeps
+// of arguments it must not store (they may hold secrets), enough to prove
+// later which arguments they were.
+func Digest(v any) string {
+	b, err := json.Marshal(v)
+	if err == nil {
+		if c, cerr := jcs.Transform(b); cerr == nil {
+			b = c
+		}
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
 // Fault is the first problem verification found.
 type Fault struct {
 	Index int    // position in what was verified (0-based)

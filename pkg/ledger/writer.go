@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,36 @@ const Stream = pipelines.StreamLedger
 
 // Subject is a ledger's subject.
 func Subject(ledger string) string { return "troy.ledger." + ledger }
+
+// ValidID checks a ledger id can name a subject: 1 to 200 characters,
+// none of them a space, a wildcard or a control character, no empty token.
+func ValidID(id string) error {
+	bad := len(id) == 0 || len(id) > 200 || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") || strings.Contains(id, "..")
+	for _, r := range id {
+		bad = bad || r <= ' ' || r == '*' || r == '>' || r == 0x7f
+	}
+	if bad {
+		return fmt.Errorf("ledger id %q: use 1 to 200 characters without spaces, * or >", id)
+	}
+	return nil
+}
+
+// InstanceID names the ledger of one process of a service that decides
+// many things (the guard, the reporter): prefix, host, and a random part,
+// so each process is the one writer of its own ledger.
+func InstanceID(prefix string) string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
+	if host == "" {
+		host = "host"
+	}
+	return prefix + "-" + host + "-" + nuid.Next()[16:]
+}
 
 // ErrFenced is returned to a writer whose ledger was appended to by
 // another writer since it last wrote: it must not go on.
@@ -46,6 +78,9 @@ type Writer struct {
 
 // Open reads where the ledger stands and returns its writer.
 func Open(ctx context.Context, js jetstream.JetStream, ledger, writerName string) (*Writer, error) {
+	if err := ValidID(ledger); err != nil {
+		return nil, err
+	}
 	s, err := js.Stream(ctx, Stream)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: stream %s: %w", Stream, err)
@@ -75,6 +110,14 @@ func (w *Writer) sync(ctx context.Context) error {
 	return nil
 }
 
+// Resync reads where the ledger stands again (after ErrFenced, to go on
+// after the other writer's records).
+func (w *Writer) Resync(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sync(ctx)
+}
+
 // Head is the ledger's last seq and entry hash, as this writer knows them.
 func (w *Writer) Head() (uint64, string) {
 	w.mu.Lock()
@@ -87,10 +130,28 @@ func (w *Writer) Append(ctx context.Context, kind string, data map[string]any) (
 	return w.AppendBatch(ctx, []Entry{{Kind: kind, Data: data}})
 }
 
+// Add appends one record and waits for it: what a Batcher's Add does, for
+// a caller that can wait (a one-shot CLI). A ledger that another writer
+// appended to meanwhile is read again and the record goes after.
+func (w *Writer) Add(kind string, data map[string]any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := w.Append(ctx, kind, data)
+	if errors.Is(err, ErrFenced) {
+		if err = w.Resync(ctx); err == nil {
+			_, _, err = w.Append(ctx, kind, data)
+		}
+	}
+	return err
+}
+
 // Entry is one record to append: what kind of decision, and its data.
 type Entry struct {
 	Kind string
 	Data map[string]any
+	// Build, when Data is nil, makes it when the record is written (off
+	// the caller's path, for a Batcher).
+	Build func() map[string]any
 }
 
 // MaxBatch is the most records one AppendBatch stores (the server's atomic
@@ -115,6 +176,9 @@ func (w *Writer) AppendBatch(ctx context.Context, entries []Entry) (uint64, stri
 	batch := nuid.Next()
 	for i, e := range entries {
 		seq++
+		if e.Data == nil && e.Build != nil {
+			e.Data = e.Build()
+		}
 		b, err := Canonical(Record{Ledger: w.ledger, Seq: seq, Kind: e.Kind, TS: ts, Writer: w.name, Data: e.Data, PrevHash: head})
 		if err != nil {
 			return 0, "", err
@@ -181,8 +245,9 @@ func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) 
 	}
 	var ack struct {
 		Error *jetstream.APIError `json:"error"`
-		Seq   uint64              `json:"seq"`
-		Count int                 `json:"count"`
+		Seq       uint64              `json:"seq"`
+		Count     int                 `json:"count"`
+		Duplicate bool                `json:"duplicate"`
 	}
 	if err := json.Unmarshal(resp.Data, &ack); err != nil {
 		return 0, fmt.Errorf("reading the server's ack: %w", err)
@@ -194,6 +259,12 @@ func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) 
 		return 0, ack.Error
 	case len(msgs) > 1 && ack.Count != len(msgs):
 		return 0, fmt.Errorf("the server committed %d of a batch of %d", ack.Count, len(msgs))
+	case ack.Duplicate:
+		// The server already holds a record under this ledger seq: ours
+		// (a resend), or another writer's, which makes this one stale.
+		if got, err := w.stream.GetMsg(ctx, ack.Seq); err != nil || !bytes.Equal(got.Data, msgs[0].Data) {
+			return 0, ErrFenced
+		}
 	}
 	return ack.Seq, nil
 }

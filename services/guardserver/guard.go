@@ -15,6 +15,7 @@ import (
 
 	"github.com/troy-audit/troy/pkg/bus"
 	pguard "github.com/troy-audit/troy/pkg/guard"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 )
@@ -32,6 +33,10 @@ type Config struct {
 	CheckTimeout time.Duration
 	// Workers is how many checks run at once.
 	Workers int
+	// Ledger, when set, is the ledger this process records every decision
+	// in (ledger.InstanceID("guard")); a decision that cannot be recorded
+	// blocks.
+	Ledger string
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -54,6 +59,7 @@ type Service struct {
 	checks  *prometheus.CounterVec
 	took    prometheus.Histogram
 	workers int
+	ledger  *ledger.Batcher
 }
 
 // New builds the service on a NATS connection (request-reply is core NATS).
@@ -83,7 +89,19 @@ func New(ctx context.Context, nc *nats.Conn, deps bus.Deps, reg prometheus.Regis
 		took: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "troy_guard_check_seconds",
 			Help: "Time to answer one guard check.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
 	}
-	for _, c := range []prometheus.Collector{s.checks, s.took} {
+	collectors := []prometheus.Collector{s.checks, s.took}
+	if cfg.Ledger != "" {
+		if s.ledger, err = ledger.OpenBatcher(ctx, deps.JS, cfg.Ledger, "guard", ledger.BatcherOptions{}); err != nil {
+			return nil, fmt.Errorf("guard: decision ledger: %w", err)
+		}
+		s.local.Recorder = pguard.LedgerRecorder{L: s.ledger}
+		collectors = append(collectors,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "troy_guard_ledger_records_total",
+				Help: "Guard decisions stored in the decision ledger."}, func() float64 { return float64(s.ledger.Appended.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "troy_guard_ledger_failures_total",
+				Help: "Batches of guard decisions the ledger refused (retried; a full queue blocks checks)."}, func() float64 { return float64(s.ledger.Failures.Load()) }))
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -118,10 +136,28 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("guard: subscribe %s: %w", pguard.Subject, err)
 	}
+	if s.ledger != nil {
+		s.deps.Log.Info().Str("ledger", s.ledger.Ledger()).Msg("guard: decisions are recorded in the ledger")
+	}
 	<-ctx.Done()
 	err = sub.Drain()
 	running.Wait()
+	if s.ledger != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if lerr := s.ledger.Close(cctx); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("guard: decision ledger: %w", lerr))
+		}
+	}
 	return err
+}
+
+// Ledger is the id of the ledger decisions are recorded in ("" when off).
+func (s *Service) Ledger() string {
+	if s.ledger == nil {
+		return ""
+	}
+	return s.ledger.Ledger()
 }
 
 func (s *Service) handle(ctx context.Context, m *nats.Msg) {
