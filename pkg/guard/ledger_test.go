@@ -19,7 +19,9 @@ import (
 
 type failingRecorder struct{}
 
-func (failingRecorder) Record(guard.Request, guard.Decision) error { return errors.New("ledger unreachable") }
+func (failingRecorder) Record(guard.Request, guard.Decision) error {
+	return errors.New("ledger unreachable")
+}
 
 func TestADecisionThatCannotBeRecordedBlocks(t *testing.T) {
 	g := &guard.Local{Policies: guard.Static{E: engine(t, policyYAML)}, Recorder: failingRecorder{}}
@@ -49,7 +51,10 @@ func TestGuardServiceRecordsEveryDecision(t *testing.T) {
 
 	nats := &guard.NATS{Conn: srv.NC}
 	var d guard.Decision
-	require.Eventually(t, func() bool { d, err = nats.Check(ctx, guard.Request{SessionID: "s1", Action: readPII}); return err == nil && d.Reason == "" }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		d, err = nats.Check(ctx, guard.Request{SessionID: "s1", Action: readPII})
+		return err == nil && d.Reason == ""
+	}, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, guard.Allow, d.Decision, d.Reason)
 	d, err = nats.Check(ctx, guard.Request{SessionID: "s1", Action: rmRF})
 	require.NoError(t, err)

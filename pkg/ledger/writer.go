@@ -244,7 +244,7 @@ func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) 
 		return 0, err
 	}
 	var ack struct {
-		Error *jetstream.APIError `json:"error"`
+		Error     *jetstream.APIError `json:"error"`
 		Seq       uint64              `json:"seq"`
 		Count     int                 `json:"count"`
 		Duplicate bool                `json:"duplicate"`
