@@ -28,6 +28,7 @@ import (
 	"github.com/troy-audit/troy/pkg/events"
 	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
@@ -281,6 +282,7 @@ func TestReporterWritesFilesWhenConfigured(t *testing.T) {
 	dir := t.TempDir()
 	cfg := reporter.DefaultConfig()
 	cfg.Dir = dir
+	cfg.Ledger = "reporter-test"
 	rp, err := reporter.New(context.Background(), deps, cfg)
 	require.NoError(t, err)
 	start(t, rp)
@@ -296,6 +298,23 @@ func TestReporterWritesFilesWhenConfigured(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, "live", tr.TraceID, f))
 		assert.NoError(t, err)
 	}
+
+	// The audit is in the reporter's ledger, with the hash of audit.json.
+	var entries [][]byte
+	require.Eventually(t, func() bool {
+		entries, err = ledger.Read(context.Background(), srv.JS, "reporter-test")
+		return err == nil && len(entries) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	rec, err := ledger.Decode(entries[0])
+	require.NoError(t, err)
+	assert.Equal(t, "audit", rec.Kind)
+	assert.Equal(t, tr.TraceID, rec.Data["trace_id"])
+	assert.Equal(t, "sha256:abc", rec.Data["policy_hash"])
+	file, err := os.ReadFile(filepath.Join(dir, "live", tr.TraceID, report.JSONFile))
+	require.NoError(t, err)
+	digest, err := ledger.DigestJSON(file)
+	require.NoError(t, err)
+	assert.Equal(t, digest, rec.Data["audit_sha256"], "the record proves which audit.json was written")
 }
 
 func mustTrace(t *testing.T) *traceT {

@@ -110,6 +110,9 @@ var components = []component{
 		if b.cfg.reportModes.File != 0 {
 			c.Modes = b.cfg.reportModes
 		}
+		if b.cfg.ledger {
+			c.Ledger = ledger.InstanceID("reporter")
+		}
 		return runOf(reporter.New(ctx, b.deps, c))
 	}},
 	{"streamer", kindService, "streaming audit of steps sent as they happen", func(ctx context.Context, b *builder) (runFunc, error) {

@@ -159,7 +159,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.StringVar(&reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of report files in --reports-dir (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.BoolVar(&withLedger, "ledger", envOr("TROY_LEDGER", "true") != "false",
-		"record every guard decision in the decision ledger (troy ledger list); --ledger=false to not (env TROY_LEDGER)")
+		"record every guard decision and every audit in the decision ledger (troy ledger list); --ledger=false to not (env TROY_LEDGER)")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
 	fl.IntVar(&maxRuns, "max-concurrent-runs", envInt("TROY_MAX_CONCURRENT_RUNS", 0), "target agent-runner: agent runs this process drives at once (env TROY_MAX_CONCURRENT_RUNS; default 4)")
 	fl.DurationVar(&readTimeout, "http-read-timeout", 30*time.Second, "longest an HTTP client may take to send one request, body included")

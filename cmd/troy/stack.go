@@ -44,7 +44,7 @@ type stackConfig struct {
 	syslog       syslog.Config
 	streamIdle   time.Duration
 	streamMember streamer.Member
-	ledger       bool // the guard records its decisions in the ledger
+	ledger       bool // the guard and the reporter record their decisions in the ledger
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the

@@ -65,13 +65,27 @@ func EntryHash(canonical []byte) string {
 // later which arguments they were.
 func Digest(v any) string {
 	b, err := json.Marshal(v)
-	if err == nil {
-		if c, cerr := jcs.Transform(b); cerr == nil {
-			b = c
-		}
+	if err != nil {
+		b = nil
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	d, err := DigestJSON(b)
+	if err != nil {
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:])
+	}
+	return d
+}
+
+// DigestJSON is the SHA-256 (hex) of a JSON document's RFC 8785 form: the
+// same however the document is indented or its keys ordered, so a file
+// written pretty-printed can be checked against it.
+func DigestJSON(b []byte) (string, error) {
+	c, err := jcs.Transform(b)
+	if err != nil {
+		return "", fmt.Errorf("ledger: digest: %w", err)
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // Fault is the first problem verification found.

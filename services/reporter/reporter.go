@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +19,7 @@ import (
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/events"
+	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/report"
 )
 
@@ -40,6 +43,9 @@ type Config struct {
 	// Modes are the permissions of report files and folders in Dir.
 	Modes report.Modes
 	Now   func() time.Time
+	// Ledger, when set, is the ledger this process records every audit in
+	// (ledger.InstanceID("reporter")), once its report is stored.
+	Ledger string
 }
 
 // DefaultConfig is used where a field is left zero.
@@ -66,6 +72,10 @@ type Service struct {
 	join jetstream.KeyValue
 	// joinStream is the bucket's stream, for purging a finished join.
 	joinStream jetstream.Stream
+	ledger     *ledger.Batcher
+	// records waits for each report's publish: message UUID → its ledger
+	// record.
+	records sync.Map
 }
 
 // New builds the service.
@@ -84,7 +94,13 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reporter: bucket %s: %w", JoinBucket, err)
 	}
-	return &Service{deps: deps, cfg: cfg, join: kv, joinStream: st}, nil
+	s := &Service{deps: deps, cfg: cfg, join: kv, joinStream: st}
+	if cfg.Ledger != "" {
+		if s.ledger, err = ledger.OpenBatcher(ctx, deps.JS, cfg.Ledger, "reporter", ledger.BatcherOptions{}); err != nil {
+			return nil, fmt.Errorf("reporter: decision ledger: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Run consumes until ctx is cancelled, on watermill's router. The join's
@@ -92,7 +108,23 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 // before: a report that failed to publish is rebuilt from them on
 // redelivery.
 func (s *Service) Run(ctx context.Context) error {
-	return bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithPublisher(s.purgeAfter))
+	err := bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithPublisher(s.purgeAfter))
+	if s.ledger != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if lerr := s.ledger.Close(cctx); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("reporter: decision ledger: %w", lerr))
+		}
+	}
+	return err
+}
+
+// Ledger is the id of the ledger audits are recorded in ("" when off).
+func (s *Service) Ledger() string {
+	if s.ledger == nil {
+		return ""
+	}
+	return s.ledger.Ledger()
 }
 
 // metaJoin names, on the report message, the join key to purge once it is
@@ -173,21 +205,35 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 // joins leave nothing behind; a failed purge only costs space until the
 // bucket's TTL.
 func (s *Service) purgeAfter(pub message.Publisher) message.Publisher {
-	return purgingPublisher{Publisher: pub, join: s.joinStream}
+	return purgingPublisher{Publisher: pub, s: s}
 }
 
 type purgingPublisher struct {
 	message.Publisher
-	join jetstream.Stream
+	s *Service
 }
 
+// Publish stores the reports, then records them in the ledger and purges
+// their joins. A record the ledger cannot take fails the publish, so the
+// trace is redelivered rather than left unrecorded.
 func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		for _, m := range msgs {
+			p.s.records.Delete(m.UUID)
+		}
 		return err
 	}
 	for _, m := range msgs {
+		if rec, ok := p.s.records.LoadAndDelete(m.UUID); ok {
+			data := rec.(map[string]any)
+			if err := p.s.ledger.Add("audit", data); err != nil {
+				return fmt.Errorf("reporter: record the audit of %s: %w", data["trace_id"], err)
+			}
+		}
+	}
+	for _, m := range msgs {
 		if key := m.Metadata.Get(metaJoin); key != "" {
-			_ = p.join.Purge(m.Context(), jetstream.WithPurgeSubject("$KV."+JoinBucket+"."+key+".*"))
+			_ = p.s.joinStream.Purge(m.Context(), jetstream.WithPurgeSubject("$KV."+JoinBucket+"."+key+".*"))
 		}
 	}
 	return nil
@@ -217,15 +263,19 @@ func (s *Service) assemble(sc *events.Scored, ex *events.Explained) *report.Audi
 // its message for troy.report.<run>.
 func (s *Service) report(in message.Metadata, run string, a *report.Audit, responses map[string]string) (*message.Message, error) {
 	md := report.Markdown(a)
+	var auditJSON []byte
+	if s.cfg.Dir != "" || s.ledger != nil {
+		var err error
+		if auditJSON, err = report.MarshalAudit(a); err != nil {
+			return nil, bus.Permanent(err)
+		}
+	}
 	if s.cfg.Dir != "" {
 		dir, err := report.TraceDir(s.cfg.Dir, s.cfg.Modes, run, a.Trace.TraceID)
 		if err != nil {
 			return nil, bus.Permanent(err)
 		}
-		js, err := report.MarshalAudit(a)
-		if err != nil {
-			return nil, bus.Permanent(err)
-		}
+		js := auditJSON
 		if err := report.WriteReport(filepath.Join(dir, report.MarkdownFile), filepath.Join(dir, report.JSONFile), js, md, responses, s.cfg.Modes); err != nil {
 			return nil, err
 		}
@@ -241,7 +291,27 @@ func (s *Service) report(in message.Metadata, run string, a *report.Audit, respo
 	for k := range h {
 		out.Metadata.Set(k, h.Get(k))
 	}
+	if s.ledger != nil {
+		s.records.Store(out.UUID, auditRecord(run, a, auditJSON))
+	}
 	return out, nil
+}
+
+// auditRecord is what the ledger keeps of an audit: which trace, judged by
+// which policy version, what was found, and the hash of audit.json (of its
+// canonical JSON, so the pretty-printed file checks against it).
+func auditRecord(run string, a *report.Audit, auditJSON []byte) map[string]any {
+	violations := make([]any, 0, len(a.Violations))
+	for _, v := range a.Violations {
+		violations = append(violations, map[string]any{"rule_id": v.RuleID, "step_id": v.StepID, "severity": v.Severity})
+	}
+	digest, err := ledger.DigestJSON(auditJSON)
+	if err != nil {
+		digest = "unreadable: " + err.Error()
+	}
+	return map[string]any{"trace_id": a.Trace.TraceID, "run": run, "agent": a.Trace.AgentName,
+		"policy_id": a.PolicyID, "policy_hash": a.PolicyHash, "risk_score": a.RiskScore,
+		"violations": violations, "rule_errors": len(a.RuleErrors), "audit_sha256": digest}
 }
 
 // stageOf returns the <stage> of troy.<stage>.<run>.
