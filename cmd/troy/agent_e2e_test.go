@@ -65,6 +65,33 @@ func TestAgentOfflineExample(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `"kind":"run_end"`)
 
+	// A signed checkpoint, then the proof that the run's final record is in
+	// the log, checked offline with the public key alone.
+	shown := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	entry := strings.Fields(shown[len(shown)-1])[0]
+	r = troy(t, dir, "ledger", "keygen", "--name", "e2e-log", "-o", "ledger.key")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ledger.pub"), []byte(r.stdout), 0o644))
+	r = troy(t, dir, "ledger", "checkpoint", "--key", "ledger.key")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = troy(t, dir, "ledger", "proof", entry)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "proof.json"), []byte(r.stdout), 0o644))
+	r = troy(t, dir, "ledger", "verify-proof", "proof.json", "--pubkey", "ledger.pub")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	assert.Contains(t, r.stdout, "proof: ok, entry "+entry+" (ledger "+run+", seq 4, run_end) is in the log")
+	var proof map[string]any
+	require.NoError(t, json.Unmarshal(read(t, dir, "proof.json"), &proof))
+	proof["entry"] = strings.Replace(proof["entry"].(string), `"status":"complete"`, `"status":"failed"`, 1)
+	forged, _ := json.Marshal(proof)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "forged.json"), forged, 0o644))
+	r = troy(t, dir, "ledger", "verify-proof", "forged.json", "--pubkey", "ledger.pub")
+	assert.Equal(t, 2, r.code, "an edited record does not prove: %s", r.stdout)
+	assert.Contains(t, r.stdout, "not_included")
+	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "ledger.pub")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	assert.Contains(t, r.stdout, "consistent with 1 checkpoint(s) signed by e2e-log")
+
 	r = troy(t, dir, "agent", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "model calls: 8 (100% ok")

@@ -14,6 +14,7 @@ import (
 	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/trace"
 	"github.com/troy-audit/troy/services/agentrunner"
+	"github.com/troy-audit/troy/services/checkpointer"
 	"github.com/troy-audit/troy/services/evaluator"
 	"github.com/troy-audit/troy/services/explainer"
 	"github.com/troy-audit/troy/services/graph"
@@ -138,6 +139,18 @@ var components = []component{
 		}
 		b.st.guard = s.Guard()
 		return s.Run, nil
+	}},
+	{"checkpointer", kindService, "signed checkpoints of the decision ledger (needs --ledger-key)", func(ctx context.Context, b *builder) (runFunc, error) {
+		c := checkpointer.DefaultConfig()
+		c.Key = b.cfg.ledgerKey
+		if b.cfg.checkpointEvery > 0 {
+			c.Every = b.cfg.checkpointEvery
+		}
+		if b.cfg.checkpointInterval > 0 {
+			c.Interval = b.cfg.checkpointInterval
+		}
+		c.Registerer = b.reg
+		return runOf(checkpointer.New(b.deps, c))
 	}},
 	{"agent-runner", kindService, "governed agent runs from the troy.agent.run work queue", func(ctx context.Context, b *builder) (runFunc, error) {
 		c := agentrunner.DefaultConfig()

@@ -40,7 +40,7 @@ func TestDockerComposeMatchesTheRegistry(t *testing.T) {
 func TestParseTargets(t *testing.T) {
 	all, err := parseTargets("all")
 	require.NoError(t, err)
-	assert.Equal(t, []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "streamer", "guard", "agent-runner"}, all)
+	assert.Equal(t, []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "streamer", "guard", "checkpointer", "agent-runner"}, all)
 	got, err := parseTargets("evaluator, splunk")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"evaluator", "splunk"}, got)

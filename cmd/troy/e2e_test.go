@@ -274,10 +274,13 @@ func countReports(t *testing.T, dir string) int {
 func TestServeThenAuditOverNATS(t *testing.T) {
 	traces, policy := examples(t)
 	dir := t.TempDir()
+	r := troy(t, dir, "ledger", "keygen", "--name", "serve-e2e", "-o", "ledger.key")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ledger.pub"), []byte(r.stdout), 0o644))
 	serve := exec.Command(troyBin, "serve", "--nats-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
-		"--policy", policy, "--reports-dir", "live-reports")
+		"--policy", policy, "--reports-dir", "live-reports", "--checkpoint-interval", "100ms")
 	serve.Dir = dir
-	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=")
+	serve.Env = append(os.Environ(), "TROY_DATA_DIR="+filepath.Join(dir, "serve-data"), "NATS_URL=", "TROY_LEDGER_KEY=ledger.key")
 	stdout, err := serve.StdoutPipe()
 	require.NoError(t, err)
 	var stderr bytes.Buffer
@@ -292,7 +295,7 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 		assert.Contains(t, body, want)
 	}
 
-	r := troy(t, dir, "audit-batch", traces, policy, "--out-dir", "remote", "--nats-url", natsURL)
+	r = troy(t, dir, "audit-batch", traces, policy, "--out-dir", "remote", "--nats-url", natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	r = troy(t, dir, "audit-batch", traces, policy, "--out-dir", "local")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -364,8 +367,11 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 		return regexp.MustCompile(`(?m)^guard-\S+ +2$`).MatchString(r.stdout) && regexp.MustCompile(`(?m)^reporter-\S+ +8$`).MatchString(r.stdout)
 	}, 10*time.Second, 100*time.Millisecond, "the guard's two decisions are recorded, and every audit the reporter finished (8 traces): %s", r.stdout)
 	assert.Regexp(t, `(?m)^check-\S+ +1$`, r.stdout)
-	r = troy(t, dir, "ledger", "verify", "--all", "--nats-url", natsURL)
-	assert.Equal(t, 0, r.code, r.stdout+r.stderr)
+	// The checkpointer signs the whole log (11 entries) within its interval.
+	require.Eventually(t, func() bool {
+		r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "ledger.pub", "--nats-url", natsURL)
+		return r.code == 0 && strings.Contains(r.stdout, "the newest covers 11)")
+	}, 10*time.Second, 100*time.Millisecond, "every chain holds and the newest checkpoint covers the log: %s", r.stdout)
 
 	// Findings for SIEMs: replayed with --since, filtered by severity.
 	// 4 critical from the batch through serve, 1 from the trace posted over
@@ -414,7 +420,7 @@ func TestServeTargetsAgainstACluster(t *testing.T) {
 
 	r = troy(t, dir, "serve", "--target", "evaluatr")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, `--target "evaluatr": want all or one or more of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, agent-runner, splunk, syslog`)
+	assert.Contains(t, r.stderr, `--target "evaluatr": want all or one or more of ingest, graph, evaluator, explainer, scorer, reporter, streamer, guard, checkpointer, agent-runner, splunk, syslog`)
 }
 
 var bannerNATS = regexp.MustCompile(`nats: (nats://\S+)`)

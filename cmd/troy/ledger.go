@@ -2,15 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"github.com/transparency-dev/formats/log"
 
 	"github.com/troy-audit/troy/pkg/ledger"
 )
@@ -19,22 +20,22 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "ledger", Short: "Read and verify the decision ledger"}
 	show := &cobra.Command{
 		Use:   "show LEDGER_ID",
-		Short: "Print a ledger's records (a run id or a trace id)",
+		Short: "Print a ledger's records: entry number in the log, entry hash, record",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := ledger.ValidID(args[0]); err != nil {
 				return codeError{exitError, err}
 			}
 			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
-				entries, err := ledger.Read(ctx, st.js, args[0])
+				entries, err := ledger.ReadStored(ctx, st.js, args[0])
 				if err != nil {
 					return err
 				}
 				if len(entries) == 0 {
 					return fmt.Errorf("ledger %s has no records", args[0])
 				}
-				for _, e := range entries {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", ledger.EntryHash(e)[:12], e)
+				for _, e := range entries { // entry number (for troy ledger proof), hash, record
+					fmt.Fprintf(cmd.OutOrStdout(), "%d %s %s\n", e.StreamSeq, ledger.EntryHash(e.Data)[:12], e.Data)
 				}
 				return nil
 			})
@@ -56,24 +57,28 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					var cp []byte
+					var cps [][]byte
 					if checkpointFile != "" {
-						if cp, err = os.ReadFile(checkpointFile); err != nil {
+						cp, err := os.ReadFile(checkpointFile)
+						if err != nil {
 							return err
 						}
-					} else if cp, err = ledger.LatestCheckpoint(ctx, st.js); err != nil {
+						cps = [][]byte{cp}
+					} else if cps, err = ledger.Checkpoints(ctx, st.js); err != nil {
 						return err
+					} else if len(cps) == 0 {
+						return errors.New("no checkpoint is stored yet: sign one (troy ledger checkpoint --key FILE) or run the checkpointer (troy serve with TROY_LEDGER_KEY)")
 					}
 					entries, err := ledger.ReadAll(ctx, st.js)
 					if err == nil {
-						var c *log.Checkpoint
-						if c, err = ledger.CheckAgainst(cp, v, entries); err == nil {
-							fmt.Fprintf(cmd.OutOrStdout(), "log: ok, %d entries, consistent with the checkpoint of %d signed by %s\n", len(entries), c.Size, v.Name())
+						var size uint64
+						if size, err = ledger.CheckAll(cps, v, entries); err == nil {
+							fmt.Fprintf(cmd.OutOrStdout(), "log: ok, %d entries, consistent with %d checkpoint(s) signed by %s (the newest covers %d)\n", len(entries), len(cps), v.Name(), size)
 						}
 					}
 					if err != nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "log: FAULT %v\n", err)
-						return codeError{exitViolation, errors.New("the log does not match its signed checkpoint")}
+						return codeError{exitViolation, errors.New("the log does not match its signed checkpoints")}
 					}
 				}
 				ids := args
@@ -106,7 +111,7 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 	}
 	verify.Flags().BoolVar(&all, "all", false, "every ledger")
 	verify.Flags().StringVar(&pubkey, "pubkey", "", "the checkpoint signer's public key (file or value): also check the whole log against a signed checkpoint")
-	verify.Flags().StringVar(&checkpointFile, "checkpoint", "", "a checkpoint kept elsewhere (default: the newest stored one)")
+	verify.Flags().StringVar(&checkpointFile, "checkpoint", "", "a checkpoint kept elsewhere (default: every stored one)")
 
 	var name, out string
 	keygen := &cobra.Command{
@@ -192,7 +197,83 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, show, verify, keygen, checkpoint)
+	var proofCheckpoint string
+	prove := &cobra.Command{
+		Use:   "proof ENTRY_SEQ [--checkpoint FILE] > proof.json",
+		Short: "Print the proof that one entry (its LEDGER stream sequence) is in the log the newest checkpoint signed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			seq, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || seq == 0 {
+				return codeError{exitError, fmt.Errorf("ENTRY_SEQ %q: the entry's stream sequence, a number from 1 (troy ledger show prints them)", args[0])}
+			}
+			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
+				var cp []byte
+				if proofCheckpoint != "" {
+					cp, err = os.ReadFile(proofCheckpoint)
+				} else {
+					cp, err = ledger.LatestCheckpoint(ctx, st.js)
+				}
+				if err != nil {
+					return err
+				}
+				entries, err := ledger.ReadAll(ctx, st.js)
+				if err != nil {
+					return err
+				}
+				p, err := ledger.Prove(entries, seq, cp)
+				if err != nil {
+					return err
+				}
+				out, _ := json.MarshalIndent(p, "", "  ")
+				fmt.Fprintln(cmd.OutOrStdout(), string(out))
+				return nil
+			})
+		},
+	}
+	prove.Flags().StringVar(&proofCheckpoint, "checkpoint", "", "prove against this checkpoint (default: the newest stored one)")
+
+	var vpCheckpoint, vpPubkey string
+	verifyProof := &cobra.Command{
+		Use:   "verify-proof proof.json --pubkey FILE [--checkpoint FILE]",
+		Short: "Check a proof offline: the checkpoint's signature and that the entry hashes up to its root (no server needed)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if vpPubkey == "" {
+				return codeError{exitError, errors.New("verify-proof needs --pubkey: the checkpoint signer's public key")}
+			}
+			v, err := ledger.LoadVerifier(vpPubkey)
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			var p ledger.Proof
+			if err := json.Unmarshal(b, &p); err != nil {
+				return codeError{exitError, fmt.Errorf("%s: not a proof (troy ledger proof makes one): %w", args[0], err)}
+			}
+			if vpCheckpoint != "" { // the checkpoint the verifier trusts, not the one the proof came with
+				cp, err := os.ReadFile(vpCheckpoint)
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				p.Checkpoint = string(cp)
+			}
+			rec, err := ledger.VerifyProof(&p, v)
+			if err != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "proof: FAULT %v\n", err)
+				return codeError{exitViolation, errors.New("the proof does not hold")}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "proof: ok, entry %d (ledger %s, seq %d, %s) is in the log of %d entries signed by %s\n",
+				p.Seq, rec.Ledger, rec.Seq, rec.Kind, p.TreeSize, v.Name())
+			return nil
+		},
+	}
+	verifyProof.Flags().StringVar(&vpPubkey, "pubkey", "", "the checkpoint signer's public key (file or value)")
+	verifyProof.Flags().StringVar(&vpCheckpoint, "checkpoint", "", "a checkpoint obtained independently, to check the proof against (default: the one in the proof)")
+	cmd.AddCommand(list, show, verify, prove, verifyProof, keygen, checkpoint)
 	return cmd
 }
 

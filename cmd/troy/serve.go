@@ -38,6 +38,9 @@ func newServeCmd(g *globalFlags) *cobra.Command {
 	var streamIdle time.Duration
 	var streamMember string
 	var withLedger bool
+	var ledgerKey string
+	var checkpointEvery uint64
+	var checkpointInterval time.Duration
 	var lf llmFlags
 	sp, sl := splunk.DefaultConfig(), syslog.DefaultConfig()
 	var grace, readTimeout time.Duration
@@ -89,7 +92,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, targets: targets,
 				workers: workers, maxRuns: maxRuns, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle,
-				streamMember: member, ledger: withLedger}
+				streamMember: member, ledger: withLedger, ledgerKey: ledgerKey, checkpointEvery: checkpointEvery, checkpointInterval: checkpointInterval}
 			if slices.Contains(targets, "explainer") {
 				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
 					lis.Close()
@@ -160,6 +163,10 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of troy's streams and buckets, e.g. 3 on a 3-node cluster (env TROY_REPLICAS); default: keep what exists, 1 for new")
 	fl.BoolVar(&withLedger, "ledger", envOr("TROY_LEDGER", "true") != "false",
 		"record every guard decision and every audit in the decision ledger (troy ledger list); --ledger=false to not (env TROY_LEDGER)")
+	fl.StringVar(&ledgerKey, "ledger-key", os.Getenv("TROY_LEDGER_KEY"),
+		"target checkpointer: the Ed25519 key that signs ledger checkpoints, a file or the key itself (troy ledger keygen; env TROY_LEDGER_KEY)")
+	fl.Uint64Var(&checkpointEvery, "checkpoint-every", 1000, "target checkpointer: sign a checkpoint every this many new ledger entries")
+	fl.DurationVar(&checkpointInterval, "checkpoint-interval", time.Minute, "target checkpointer: and at least this often while the ledger grows")
 	fl.IntVar(&workers, "workers", 0, "handlers per service (default: each service's own)")
 	fl.IntVar(&maxRuns, "max-concurrent-runs", envInt("TROY_MAX_CONCURRENT_RUNS", 0), "target agent-runner: agent runs this process drives at once (env TROY_MAX_CONCURRENT_RUNS; default 4)")
 	fl.DurationVar(&readTimeout, "http-read-timeout", 30*time.Second, "longest an HTTP client may take to send one request, body included")

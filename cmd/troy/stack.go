@@ -45,6 +45,10 @@ type stackConfig struct {
 	streamIdle   time.Duration
 	streamMember streamer.Member
 	ledger       bool // the guard and the reporter record their decisions in the ledger
+	// the checkpointer's signing key (file or value) and cadence
+	ledgerKey          string
+	checkpointEvery    uint64
+	checkpointInterval time.Duration
 }
 
 // stack is a NATS connection (and maybe an embedded server) plus the

@@ -2,11 +2,15 @@ package ledger_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/sumdb/note"
 
+	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/ledger"
 )
 
@@ -53,4 +57,121 @@ func TestCheckpointsCatchWhatTheChainCannot(t *testing.T) {
 	forged, err := ledger.Sign(forger, rewritten)
 	require.NoError(t, err)
 	assert.Equal(t, "bad_signature", fault(forged, rewritten))
+}
+
+func testKeys(t *testing.T, name string) (note.Signer, note.Verifier) {
+	t.Helper()
+	sk, vk, err := ledger.GenerateKey(name)
+	require.NoError(t, err)
+	signer, err := ledger.LoadSigner(sk)
+	require.NoError(t, err)
+	verifier, err := ledger.LoadVerifier(vk)
+	require.NoError(t, err)
+	return signer, verifier
+}
+
+// Every entry of a log whose size is no power of two is proved in, and a
+// proof shows nothing it should not.
+func TestInclusionProofs(t *testing.T) {
+	signer, verifier := testKeys(t, "test-log")
+	entries := chain(t, 13)
+	cp, err := ledger.Sign(signer, entries)
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 13; seq++ {
+		p, err := ledger.Prove(entries, seq, cp)
+		require.NoError(t, err, "seq %d", seq)
+		rec, err := ledger.VerifyProof(p, verifier)
+		require.NoError(t, err, "seq %d", seq)
+		assert.Equal(t, seq, rec.Seq)
+	}
+	_, err = ledger.Prove(entries, 14, cp)
+	assert.ErrorContains(t, err, "not in the newest checkpoint yet")
+
+	kind := func(p *ledger.Proof) string {
+		t.Helper()
+		_, err := ledger.VerifyProof(p, verifier)
+		var f *ledger.Fault
+		require.ErrorAs(t, err, &f)
+		return f.Kind
+	}
+	p, err := ledger.Prove(entries, 5, cp)
+	require.NoError(t, err)
+	edited := *p
+	edited.Entry = string(chain(t, 13)[5]) // another entry, claimed at 5
+	assert.Equal(t, "not_included", kind(&edited))
+	moved := *p
+	moved.Seq = 6
+	assert.Equal(t, "not_included", kind(&moved))
+	_, otherVerifier := testKeys(t, "test-log")
+	_, err = ledger.VerifyProof(p, otherVerifier)
+	assert.Error(t, err, "a proof against a checkpoint the key did not sign")
+	forger, _ := testKeys(t, "test-log")
+	forged, err := ledger.Sign(forger, entries)
+	require.NoError(t, err)
+	p2, err := ledger.Prove(entries, 5, forged)
+	require.NoError(t, err)
+	assert.Equal(t, "bad_signature", kind(p2))
+}
+
+func TestCheckAllChecksEveryCheckpoint(t *testing.T) {
+	signer, verifier := testKeys(t, "test-log")
+	entries := chain(t, 20)
+	var cps [][]byte
+	for _, n := range []int{5, 0, 20, 12} {
+		cp, err := ledger.Sign(signer, entries[:n])
+		require.NoError(t, err)
+		cps = append(cps, cp)
+	}
+	size, err := ledger.CheckAll(cps, verifier, entries)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(20), size)
+
+	rewritten := append([][]byte(nil), entries...)
+	rewritten[7] = chain(t, 20)[8]
+	_, err = ledger.CheckAll(cps, verifier, rewritten)
+	var f *ledger.Fault
+	require.ErrorAs(t, err, &f)
+	assert.Equal(t, "tree_mismatch", f.Kind)
+	assert.Contains(t, f.Msg, "first 12 entries", "the first checkpoint the change breaks is named")
+
+	_, err = ledger.CheckAll(cps, verifier, entries[:15])
+	require.ErrorAs(t, err, &f)
+	assert.Equal(t, "tail_cut", f.Kind)
+}
+
+// The checkpointer follows the stream and signs every Every entries.
+func TestCheckpointerSignsAsTheLogGrows(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signer, verifier := testKeys(t, "test-log")
+	w, err := ledger.Open(ctx, srv.JS, "run-cp", "runner")
+	require.NoError(t, err)
+	for i := range 7 {
+		_, _, err := w.Append(ctx, "iteration", map[string]any{"i": i})
+		require.NoError(t, err)
+	}
+	c := &ledger.Checkpointer{JS: srv.JS, Signer: signer, Every: 5, Interval: time.Hour}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	require.Eventually(t, func() bool { return c.Size() == 7 }, 10*time.Second, 10*time.Millisecond, "it read the log so far")
+	var batch []ledger.Entry
+	for i := range 4 {
+		batch = append(batch, ledger.Entry{Kind: "iteration", Data: map[string]any{"i": 7 + i}})
+	}
+	_, _, err = w.AppendBatch(ctx, batch)
+	require.NoError(t, err)
+
+	var cps [][]byte
+	require.Eventually(t, func() bool {
+		cps, err = ledger.Checkpoints(ctx, srv.JS)
+		return err == nil && len(cps) > 0 && c.Size() == 11
+	}, 10*time.Second, 20*time.Millisecond)
+	entries, err := ledger.ReadAll(ctx, srv.JS)
+	require.NoError(t, err)
+	size, err := ledger.CheckAll(cps, verifier, entries)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, size, uint64(5))
+	cancel()
+	require.NoError(t, <-done)
 }

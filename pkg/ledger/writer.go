@@ -271,11 +271,31 @@ func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) 
 
 // Read returns a ledger's stored records in order.
 func Read(ctx context.Context, js jetstream.JetStream, ledger string) ([][]byte, error) {
+	stored, err := ReadStored(ctx, js, ledger)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(stored))
+	for i, st := range stored {
+		out[i] = st.Data
+	}
+	return out, nil
+}
+
+// Stored is a record as the stream holds it.
+type Stored struct {
+	StreamSeq uint64 // its entry number in the whole log (troy ledger proof)
+	Data      []byte
+}
+
+// ReadStored returns a ledger's stored records in order, with their
+// stream sequences.
+func ReadStored(ctx context.Context, js jetstream.JetStream, ledger string) ([]Stored, error) {
 	s, err := js.Stream(ctx, Stream)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: stream %s: %w", Stream, err)
 	}
-	var out [][]byte
+	var out []Stored
 	var after uint64
 	for {
 		m, err := s.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(Subject(ledger)))
@@ -285,7 +305,7 @@ func Read(ctx context.Context, js jetstream.JetStream, ledger string) ([][]byte,
 		if err != nil {
 			return nil, fmt.Errorf("ledger %s: %w", ledger, err)
 		}
-		out = append(out, m.Data)
+		out = append(out, Stored{StreamSeq: m.Sequence, Data: m.Data})
 		after = m.Sequence
 	}
 }
