@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,13 +22,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 		}
 	}
 	for _, s := range topo.Streams {
-		cfg, err := streamConfig(s)
-		if err != nil {
+		if err := provisionStream(ctx, js, s, topo.Replicas); err != nil {
 			return err
-		}
-		cfg.Replicas = replicas(ctx, js, s.Name, topo.Replicas)
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("provision stream %s: %w", s.Name, err)
 		}
 	}
 	d := topo.ConsumerDefaults
@@ -74,6 +70,51 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 		}
 	}
 	return nil
+}
+
+// provisionStream creates a stream, or updates it when its configuration
+// differs, and only then: a stream already as it should be is not touched,
+// so services can run as users who may not change sealed streams (the
+// ledger; deploy/nats/auth.conf).
+func provisionStream(ctx context.Context, js jetstream.JetStream, s pipelines.Stream, wantReplicas int) error {
+	cfg, err := streamConfig(s)
+	if err != nil {
+		return err
+	}
+	existing, err := js.Stream(ctx, s.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		cfg.Replicas = max(wantReplicas, 1)
+		if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			_, err = js.CreateOrUpdateStream(ctx, cfg) // created meanwhile, otherwise
+		}
+	case err != nil:
+	default:
+		cur := existing.CachedInfo().Config
+		cfg.Replicas = wantReplicas
+		if cfg.Replicas <= 0 { // keep what the cluster has
+			cfg.Replicas = max(cur.Replicas, 1)
+		}
+		if sameStream(cur, cfg) {
+			return nil
+		}
+		_, err = js.UpdateStream(ctx, cfg)
+	}
+	if err != nil {
+		if s.DenyDelete && s.DenyPurge {
+			return fmt.Errorf("provision stream %s: %w (a sealed stream: where services may not change it, an operator applies the change)", s.Name, err)
+		}
+		return fmt.Errorf("provision stream %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// sameStream reports whether the stream has every setting troy provisions.
+func sameStream(cur, want jetstream.StreamConfig) bool {
+	return cur.Description == want.Description && slices.Equal(cur.Subjects, want.Subjects) && cur.Retention == want.Retention &&
+		cur.Storage == want.Storage && cur.MaxAge == want.MaxAge && cur.Duplicates == want.Duplicates &&
+		cur.AllowDirect == want.AllowDirect && cur.DenyDelete == want.DenyDelete && cur.DenyPurge == want.DenyPurge &&
+		cur.AllowAtomicPublish == want.AllowAtomicPublish && cur.Replicas == want.Replicas
 }
 
 // PinnedTTL is how long a pinned consumer waits for its client's next pull

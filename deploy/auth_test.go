@@ -1,0 +1,97 @@
+// Package deploy holds the deployment files; its tests run them.
+package deploy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/ledger"
+)
+
+// A NATS server run with deploy/nats/auth.conf: troy's services provision
+// and append to the ledger as user troy, and cannot delete, purge or
+// reconfigure it, nor delete a record; an operator can.
+func TestServicesCannotRewriteTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	auth, err := os.ReadFile("nats/auth.conf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o600))
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude ./auth.conf\n"), 0o600))
+	t.Setenv("TROY_NATS_PASSWORD", "service-secret")
+	t.Setenv("TROY_NATS_ADMIN_PASSWORD", "operator-secret")
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+
+	connect := func(user, password string) jetstream.JetStream {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := bus.JetStream(nc)
+		require.NoError(t, err)
+		return js
+	}
+	_, err = nats.Connect(srv.ClientURL())
+	require.Error(t, err, "no anonymous access")
+
+	ctx := context.Background()
+	svc := connect("troy", "service-secret")
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+	require.NoError(t, bus.Provision(ctx, svc, topo), "services create the streams")
+	require.NoError(t, bus.Provision(ctx, svc, topo), "and provision again at every start, changing nothing")
+	w, err := ledger.Open(ctx, svc, "run1", "runner")
+	require.NoError(t, err)
+	for i := range 3 {
+		_, _, err := w.Append(ctx, "iteration", map[string]any{"i": i})
+		require.NoError(t, err)
+	}
+
+	denied := func(what string, op func(context.Context) error) {
+		t.Helper()
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		assert.Error(t, op(dctx), "the service user cannot %s", what)
+	}
+	stream, err := svc.Stream(ctx, ledger.Stream)
+	require.NoError(t, err)
+	denied("delete the ledger", func(c context.Context) error { return svc.DeleteStream(c, ledger.Stream) })
+	denied("purge it", func(c context.Context) error { return stream.Purge(c) })
+	denied("delete a record", func(c context.Context) error { return stream.DeleteMsg(c, 2) })
+	denied("reconfigure it", func(c context.Context) error {
+		cfg := stream.CachedInfo().Config
+		cfg.DenyPurge, cfg.MaxAge = false, time.Second
+		_, err := svc.UpdateStream(c, cfg)
+		return err
+	})
+	denied("delete the checkpoints", func(c context.Context) error { return svc.DeleteStream(c, ledger.CheckpointStream) })
+
+	entries, err := ledger.Read(ctx, svc, "run1")
+	require.NoError(t, err)
+	assert.Len(t, entries, 3, "the ledger is whole")
+	_, err = ledger.Verify(entries)
+	require.NoError(t, err)
+
+	admin := connect("admin", "operator-secret")
+	cfg := stream.CachedInfo().Config
+	cfg.Description += " (changed by an operator)"
+	_, err = admin.UpdateStream(ctx, cfg)
+	assert.NoError(t, err, "configuration is the operators'")
+}
