@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,9 +72,10 @@ type Writer struct {
 	name   string
 
 	mu      sync.Mutex
-	seq     uint64 // the last record's seq in the ledger
-	lastSeq uint64 // its stream sequence
-	head    string // its entry hash
+	seq     uint64   // the last record's seq in the ledger
+	lastSeq uint64   // its stream sequence
+	head    string   // its entry hash
+	inDoubt *attempt // the last append, when its outcome is unknown
 }
 
 // Open reads where the ledger stands and returns its writer.
@@ -170,57 +172,117 @@ func (w *Writer) AppendBatch(ctx context.Context, entries []Entry) (uint64, stri
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if p := w.inDoubt; p != nil {
+		// The last append's outcome is unknown: send the very same bytes
+		// again (the server drops them if it has them) before anything else.
+		if err := w.send(ctx, p); err != nil {
+			return 0, "", err
+		}
+		if sameEntries(p.entries, entries) { // the caller's retry of it
+			return w.seq, w.head, nil
+		}
+	}
 	ts := time.Now().UTC().Format(time.RFC3339Nano)
-	msgs := make([]*nats.Msg, len(entries))
-	seq, head := w.seq, w.head
-	batch := nuid.Next()
+	a := &attempt{entries: entries, msgs: make([]*nats.Msg, len(entries)), seq: w.seq, head: w.head}
 	for i, e := range entries {
-		seq++
+		a.seq++
 		if e.Data == nil && e.Build != nil {
 			e.Data = e.Build()
 		}
-		b, err := Canonical(Record{Ledger: w.ledger, Seq: seq, Kind: e.Kind, TS: ts, Writer: w.name, Data: e.Data, PrevHash: head})
+		b, err := Canonical(Record{Ledger: w.ledger, Seq: a.seq, Kind: e.Kind, TS: ts, Writer: w.name, Data: e.Data, PrevHash: a.head})
 		if err != nil {
 			return 0, "", err
 		}
-		head = EntryHash(b)
+		a.head = EntryHash(b)
 		m := nats.NewMsg(Subject(w.ledger))
 		m.Data = b
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", w.ledger, seq))
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", w.ledger, a.seq))
 		if len(entries) > 1 {
-			m.Header.Set(hdrBatchID, batch)
 			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
 		}
-		msgs[i] = m
+		a.msgs[i] = m
 	}
-	first, last := msgs[0], msgs[len(msgs)-1]
-	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.lastSeq, 10))
+	a.msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.lastSeq, 10))
 	if len(entries) > 1 {
-		last.Header.Set(hdrBatchCommit, "1")
+		a.msgs[len(a.msgs)-1].Header.Set(hdrBatchCommit, "1")
 	}
-	stored, err := w.publish(ctx, msgs)
-	if err == nil {
-		w.seq, w.lastSeq, w.head = seq, stored, head
-		return w.seq, w.head, nil
+	if err := w.send(ctx, a); err != nil {
+		return 0, "", err
 	}
-	if errors.Is(err, ErrFenced) {
-		return 0, "", fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, w.seq)
+	return w.seq, w.head, nil
+}
+
+// attempt is one append, kept whole while its outcome is unknown.
+type attempt struct {
+	entries []Entry
+	msgs    []*nats.Msg
+	seq     uint64 // the ledger seq of its last record
+	head    string // and that record's entry hash
+}
+
+// send publishes an attempt and settles its outcome: stored (the writer
+// moves on), refused by the server (ErrFenced), or unknown (kept as
+// inDoubt, to be sent again, byte for byte, by the next append).
+func (w *Writer) send(ctx context.Context, a *attempt) error {
+	readBack := 5 * time.Second // as long as the caller gave the publish, at most
+	if dl, ok := ctx.Deadline(); ok {
+		readBack = max(min(readBack, time.Until(dl)), 100*time.Millisecond)
 	}
-	// The ack may have been lost after the batch was stored: what is the
-	// ledger's last record now?
-	before := w.seq
-	if serr := w.sync(context.WithoutCancel(ctx)); serr != nil {
-		return 0, "", fmt.Errorf("ledger %s: append: %w (and reading back: %v)", w.ledger, err, serr)
-	}
-	switch w.seq {
-	case before:
-		return 0, "", fmt.Errorf("ledger %s: append: %w", w.ledger, err) // nothing stored: safe to retry
-	case seq:
-		if got, gerr := w.stream.GetMsg(context.WithoutCancel(ctx), w.lastSeq); gerr == nil && bytes.Equal(got.Data, last.Data) {
-			return w.seq, w.head, nil // it was stored: the ack was lost
+	if len(a.msgs) > 1 { // a batch id is the server's staging area: a new one per try
+		id := nuid.Next()
+		for _, m := range a.msgs {
+			m.Header.Set(hdrBatchID, id)
 		}
 	}
-	return 0, "", fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, before)
+	stored, err := w.publish(ctx, a.msgs)
+	if err == nil {
+		w.seq, w.lastSeq, w.head, w.inDoubt = a.seq, stored, a.head, nil
+		return nil
+	}
+	before := w.seq
+	if errors.Is(err, ErrFenced) && w.inDoubt != a {
+		return fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, before)
+	}
+	// The ack may have been lost after the records were stored (or, sent
+	// again, they were stored by the first try): what is the ledger's last
+	// record now?
+	w.inDoubt = a
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBack)
+	defer cancel()
+	if serr := w.sync(rctx); serr != nil {
+		return fmt.Errorf("ledger %s: append: %w (reading back: %v; append the same records again to settle it)", w.ledger, err, serr)
+	}
+	last := a.msgs[len(a.msgs)-1].Data
+	switch w.seq {
+	case before:
+		// Not there (yet: a write in flight may still land, which is why
+		// the same bytes go again next time).
+		return fmt.Errorf("ledger %s: append: %w (append the same records again)", w.ledger, err)
+	case a.seq:
+		if got, gerr := w.stream.GetMsg(rctx, w.lastSeq); gerr == nil && bytes.Equal(got.Data, last) {
+			w.inDoubt = nil
+			return nil // it was stored: the ack was lost
+		}
+	}
+	w.inDoubt = nil
+	return fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, before)
+}
+
+// sameEntries reports whether a retry carries the records in doubt: the
+// same slice again (a Batcher's retry), or equal records.
+func sameEntries(a, b []Entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if &a[0] == &b[0] {
+		return true
+	}
+	for i := range a {
+		if a[i].Kind != b[i].Kind || a[i].Build != nil || b[i].Build != nil || !reflect.DeepEqual(a[i].Data, b[i].Data) {
+			return false
+		}
+	}
+	return true
 }
 
 // The atomic batch headers (ADR-50); nats.go has no constants for them.
