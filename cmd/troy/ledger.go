@@ -273,7 +273,24 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 	}
 	verifyProof.Flags().StringVar(&vpPubkey, "pubkey", "", "the checkpoint signer's public key (file or value)")
 	verifyProof.Flags().StringVar(&vpCheckpoint, "checkpoint", "", "a checkpoint obtained independently, to check the proof against (default: the one in the proof)")
-	cmd.AddCommand(list, show, verify, prove, verifyProof, keygen, checkpoint)
+	digest := &cobra.Command{
+		Use:   "digest FILE",
+		Short: "Print the SHA-256 of a JSON file's RFC 8785 form, as the ledger records it (audit.json → audit_sha256)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			d, err := ledger.DigestJSON(b)
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("%s: %w", args[0], err)}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), d)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, show, verify, prove, verifyProof, digest, keygen, checkpoint)
 	return cmd
 }
 
