@@ -2,6 +2,7 @@ package agentrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -143,8 +144,19 @@ func (d *Decisions) append(ctx context.Context, kind string, data map[string]any
 	if d.w == nil {
 		return
 	}
-	if _, _, err := d.w.Append(ctx, kind, agent.PlainData(data)); err != nil {
-		d.fail(err)
+	data = agent.PlainData(data)
+	for attempt := 0; ; attempt++ {
+		_, _, err := d.w.Append(ctx, kind, data)
+		if err == nil {
+			return
+		}
+		// Retrying the same record is safe: one whose outcome was unknown
+		// is sent again byte for byte and stored once.
+		if errors.Is(err, ledger.ErrFenced) || attempt == 2 || ctx.Err() != nil {
+			d.fail(err)
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 	}
 }
 

@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -94,4 +96,64 @@ func TestAppendBatchIsAtomicAndFenced(t *testing.T) {
 	_, want := w.Head()
 	assert.Equal(t, want, got)
 	assert.NotEqual(t, head, got)
+}
+
+// Two writers race on one ledger: the server admits one append per
+// sequence, the loser is fenced (and here reads the head again and goes
+// on), and the chain stays one line holding every acknowledged record once.
+func TestRacingWritersAreFenced(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	type ack struct {
+		writer string
+		i      int
+	}
+	acked := make(chan ack, 400)
+	fenced := make(chan int, 2)
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b"} {
+		w, err := ledger.Open(ctx, srv.JS, "raced", name)
+		require.NoError(t, err)
+		wg.Go(func() {
+			n := 0
+			for i := range 150 {
+				_, _, err := w.Append(ctx, "iteration", map[string]any{"writer": name, "i": i})
+				switch {
+				case err == nil:
+					acked <- ack{name, i}
+				case errors.Is(err, ledger.ErrFenced):
+					n++
+					if err := w.Resync(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				default:
+					t.Error(err)
+					return
+				}
+			}
+			fenced <- n
+		})
+	}
+	wg.Wait()
+	close(acked)
+	t.Logf("fenced %d and %d times", <-fenced, <-fenced)
+
+	entries, err := ledger.Read(ctx, srv.JS, "raced")
+	require.NoError(t, err)
+	_, err = ledger.Verify(entries)
+	require.NoError(t, err, "one line, no fork")
+	stored := map[ack]int{}
+	for _, e := range entries {
+		r, err := ledger.Decode(e)
+		require.NoError(t, err)
+		assert.Equal(t, r.Writer, r.Data["writer"], "a record is written by whom it says")
+		stored[ack{r.Data["writer"].(string), int(r.Data["i"].(float64))}]++
+	}
+	n := 0
+	for a := range acked {
+		assert.Equal(t, 1, stored[a], "acknowledged %v is stored once", a)
+		n++
+	}
+	assert.Equal(t, n, len(entries), "nothing stored that was not acknowledged")
 }
