@@ -424,7 +424,7 @@ func TestServeTargetsAgainstACluster(t *testing.T) {
 }
 
 var bannerNATS = regexp.MustCompile(`nats: (nats://\S+)`)
-var bannerHTTP = regexp.MustCompile(`http: (http://\S+)`)
+var bannerHTTP = regexp.MustCompile(`http: (https?://\S+)`)
 
 // serveTarget starts `troy serve --target targets` against the NATS server
 // at url, with no LLM configured, stopped (SIGTERM) when the test ends. It

@@ -107,7 +107,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&g.dataDir, "data-dir", envOr("TROY_DATA_DIR", ".troy/data"), "store of the embedded NATS server (env TROY_DATA_DIR)")
 	pf.StringVar(&g.logLevel, "log-level", os.Getenv("TROY_LOG_LEVEL"), "debug, info, warn or error (env TROY_LOG_LEVEL)")
 	pf.StringVar(&g.logFormat, "log-format", os.Getenv("TROY_LOG_FORMAT"), "console or json (default: console on a terminal, else json)")
-	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newVersionCmd())
+	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newTokensCmd(), newVersionCmd())
 	return root
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/httpauth"
 
 	"github.com/troy-audit/troy/pkg/httpapi"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -42,6 +44,7 @@ func newServeCmd(g *globalFlags) *cobra.Command {
 	var checkpointEvery uint64
 	var checkpointInterval time.Duration
 	var lf llmFlags
+	var sec httpSecurity
 	sp, sl := splunk.DefaultConfig(), syslog.DefaultConfig()
 	var grace, readTimeout time.Duration
 	cmd := &cobra.Command{
@@ -84,6 +87,9 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
+			if err := sec.resolve(httpAddr); err != nil {
+				return codeError{exitError, err}
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			lis, err := net.Listen("tcp", httpAddr)
@@ -119,8 +125,13 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			// A client that sends its request slowly (or never finishes
 			// it) is cut off, so slow connections cannot pile up.
-			srv := &http.Server{Handler: httpHandler(st, reg, api), ReadHeaderTimeout: min(5*time.Second, readTimeout),
-				ReadTimeout: readTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20}
+			srv := &http.Server{Handler: httpHandler(st, reg, api, sec.tokens), ReadHeaderTimeout: min(5*time.Second, readTimeout),
+				ReadTimeout: readTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20, TLSConfig: sec.tls}
+			scheme := "http"
+			if sec.tls != nil {
+				scheme = "https"
+				lis = tls.NewListener(lis, sec.tls)
+			}
 			go func() {
 				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					st.fail(fmt.Errorf("http: %w", err))
@@ -130,8 +141,9 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if st.emb != nil {
 				natsWhere = st.emb.ClientURL() + " (embedded, store " + g.dataDir + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: http://%s (/healthz /readyz /metrics, POST /v1/traces)\n", targets, natsWhere, lis.Addr())
-			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", lis.Addr().String()).Msg("troy serving")
+			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: %s://%s (/healthz /readyz /metrics, POST /v1/traces)\n  http auth: %s\n",
+				targets, natsWhere, scheme, lis.Addr(), sec.tokensSource)
+			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", scheme+"://"+lis.Addr().String()).Str("http_auth", sec.tokensSource).Msg("troy serving")
 
 			var runErr error
 			select {
@@ -172,6 +184,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl.DurationVar(&readTimeout, "http-read-timeout", 30*time.Second, "longest an HTTP client may take to send one request, body included")
 	fl.DurationVar(&grace, "shutdown-grace", 20*time.Second, "time allowed for in-flight messages to finish on shutdown")
 	lf.register(cmd)
+	sec.register(cmd)
 	fl.DurationVar(&streamIdle, "stream-idle", 5*time.Minute, "a streamed trace with no new step for this long ends")
 	fl.StringVar(&streamMember, "stream-member", os.Getenv("TROY_STREAM_MEMBER"),
 		"target streamer: read only share i of n of the stream partitions (i/n, e.g. 1/2 and 2/2 on two hosts); processes with the same share stand by for each other; default all (env TROY_STREAM_MEMBER)")
@@ -220,17 +233,19 @@ type httpAPIConfig struct {
 	stream httpapi.Streaming
 }
 
-func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig) http.Handler {
+// httpHandler routes the API; with tokens, each endpoint needs its scope
+// (health and readiness stay open, for probes).
+func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig, tokens *httpauth.Tokens) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/traces", httpapi.Traces(st.js, api.traces))
-	mux.Handle("POST /v1/traces/{trace_id}/start", api.stream.Start())
-	mux.Handle("POST /v1/traces/{trace_id}/steps", api.stream.Steps())
-	mux.Handle("POST /v1/traces/{trace_id}/end", api.stream.End())
+	mux.Handle("POST /v1/traces", tokens.Require(httpauth.Ingest, httpapi.Traces(st.js, api.traces)))
+	mux.Handle("POST /v1/traces/{trace_id}/start", tokens.Require(httpauth.Ingest, api.stream.Start()))
+	mux.Handle("POST /v1/traces/{trace_id}/steps", tokens.Require(httpauth.Ingest, api.stream.Steps()))
+	mux.Handle("POST /v1/traces/{trace_id}/end", tokens.Require(httpauth.Ingest, api.stream.End()))
 	if st.guard != nil {
-		mux.Handle("POST /v1/guard/check", httpapi.Guard(st.guard))
+		mux.Handle("POST /v1/guard/check", tokens.Require(httpauth.Guard, httpapi.Guard(st.guard)))
 	}
 	if a, err := agentrun.OpenApprovals(context.Background(), st.js); err == nil {
-		mux.Handle("POST /v1/approvals/{id}", approvalHandler(a))
+		mux.Handle("POST /v1/approvals/{id}", tokens.Require(httpauth.Approve, approvalHandler(a)))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -246,6 +261,6 @@ func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig) http.Ha
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", tokens.Require(httpauth.Read, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
 	return mux
 }

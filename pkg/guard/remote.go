@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -106,9 +107,14 @@ func (n *NATS) Check(ctx context.Context, req Request) (Decision, error) {
 	return n.Opts.answer(req, msg.Data)
 }
 
+// ErrRefused is a guard that would not answer this client (no token, or
+// one without scope guard).
+var ErrRefused = errors.New("guard refused the client")
+
 // HTTP asks a guard over POST /v1/guard/check.
 type HTTP struct {
 	URL    string // base URL, e.g. http://127.0.0.1:8080
+	Token  string // bearer token with scope guard, when troy serve has --http-tokens
 	Client *http.Client
 	Opts   RemoteOptions
 }
@@ -126,6 +132,9 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Decision, error) {
 		return blocked(req, err), err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	if h.Token != "" {
+		hreq.Header.Set("Authorization", "Bearer "+h.Token)
+	}
 	client := h.Client
 	if client == nil {
 		client = http.DefaultClient
@@ -141,6 +150,11 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Decision, error) {
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		// the guard is there and refuses this client: a configuration to
+		// fix, never a reason to fail open
+		err := fmt.Errorf("%w: the guard at %s refused this client: %s (%s)", ErrRefused, h.URL, resp.Status, snippet(data))
+		return blocked(req, err), err
 	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity ||
 		resp.StatusCode == http.StatusRequestEntityTooLarge:
 		// the guard's own refusals carry {"error": …}; anything else from

@@ -1,0 +1,214 @@
+// Package httpauth guards troy's HTTP API with bearer tokens that carry
+// scopes. Tokens are kept in a file only as SHA-256 hashes: a token is 32
+// random bytes, so a fast hash is enough (there is nothing to guess), and
+// the file reveals no token.
+package httpauth
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Scopes.
+const (
+	Ingest  = "ingest"  // send traces and steps
+	Guard   = "guard"   // ask the guard
+	Read    = "read"    // metrics and reads
+	Approve = "approve" // decide approvals
+	Admin   = "admin"   // everything
+)
+
+// Scopes lists every scope.
+var Scopes = []string{Ingest, Guard, Read, Approve, Admin}
+
+// tokenPrefix marks troy tokens (secret scanners can find them).
+const tokenPrefix = "troy_"
+
+// Token is one entry of the tokens file.
+type Token struct {
+	Name   string
+	Scopes []string
+	hash   []byte
+}
+
+// Allows reports whether the token carries scope (admin carries all).
+func (t Token) Allows(scope string) bool {
+	return slices.Contains(t.Scopes, scope) || slices.Contains(t.Scopes, Admin)
+}
+
+// Tokens are the accepted tokens.
+type Tokens struct {
+	list []Token
+}
+
+// Len is how many tokens there are.
+func (ts *Tokens) Len() int { return len(ts.list) }
+
+// Names lists the tokens' names and scopes (never the tokens).
+func (ts *Tokens) Names() []Token { return slices.Clone(ts.list) }
+
+// Load reads a tokens file: one token a line, "NAME SCOPE[,SCOPE…]
+// sha256:HEX"; blank lines and lines starting with # are skipped.
+func Load(path string) (*Tokens, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokens file: %w (make one with troy tokens add NAME --scope S --file %s)", err, path)
+	}
+	ts := &Tokens{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		t, err := parseLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w (want: NAME SCOPE[,SCOPE] sha256:HEX, as troy tokens add writes)", path, n, err)
+		}
+		if slices.ContainsFunc(ts.list, func(o Token) bool { return o.Name == t.Name }) {
+			return nil, fmt.Errorf("%s:%d: token name %q is used twice", path, n, t.Name)
+		}
+		ts.list = append(ts.list, t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("tokens file %s: %w", path, err)
+	}
+	if len(ts.list) == 0 {
+		return nil, fmt.Errorf("tokens file %s holds no token: an empty file would lock every client out (troy tokens add makes one)", path)
+	}
+	return ts, nil
+}
+
+func parseLine(line string) (Token, error) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return Token{}, fmt.Errorf("%d fields", len(f))
+	}
+	if err := validName(f[0]); err != nil {
+		return Token{}, err
+	}
+	scopes := strings.Split(f[1], ",")
+	for _, s := range scopes {
+		if !slices.Contains(Scopes, s) {
+			return Token{}, fmt.Errorf("scope %q is not one of %s", s, strings.Join(Scopes, ", "))
+		}
+	}
+	h, ok := strings.CutPrefix(f[2], "sha256:")
+	hash, err := hex.DecodeString(h)
+	if !ok || err != nil || len(hash) != sha256.Size {
+		return Token{}, errors.New("the hash is not sha256: and 64 hex digits")
+	}
+	return Token{Name: f[0], Scopes: scopes, hash: hash}, nil
+}
+
+func validName(name string) error {
+	if name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) {
+		return fmt.Errorf("token name %q: use 1 to 64 letters, digits, - _ .", name)
+	}
+	return nil
+}
+
+// New makes a token: the secret (shown once) and its file line.
+func New(name string, scopes []string) (secret, line string, err error) {
+	if err := validName(name); err != nil {
+		return "", "", err
+	}
+	if len(scopes) == 0 {
+		return "", "", fmt.Errorf("give at least one scope: %s", strings.Join(Scopes, ", "))
+	}
+	for _, s := range scopes {
+		if !slices.Contains(Scopes, s) {
+			return "", "", fmt.Errorf("scope %q is not one of %s", s, strings.Join(Scopes, ", "))
+		}
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", "", err
+	}
+	secret = tokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	sum := sha256.Sum256([]byte(secret))
+	return secret, fmt.Sprintf("%s %s sha256:%s", name, strings.Join(scopes, ","), hex.EncodeToString(sum[:])), nil
+}
+
+// Append adds a new token to the tokens file (made 0600 if new) and
+// returns the secret.
+func Append(path, name string, scopes []string) (string, error) {
+	if old, err := os.ReadFile(path); err == nil {
+		for _, l := range strings.Split(string(old), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == name {
+				return "", fmt.Errorf("%s already has a token named %q: pick another name (or remove its line to revoke it)", path, name)
+			}
+		}
+	}
+	secret, line, err := New(name, scopes)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return "", err
+	}
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		f.Close()
+		return "", err
+	}
+	return secret, f.Close()
+}
+
+// lookup finds the token a request presents.
+func (ts *Tokens) lookup(r *http.Request) (Token, bool) {
+	auth := r.Header.Get("Authorization")
+	secret, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || secret == "" {
+		return Token{}, false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(secret)))
+	for _, t := range ts.list {
+		if subtle.ConstantTimeCompare(sum[:], t.hash) == 1 {
+			return t, true
+		}
+	}
+	return Token{}, false
+}
+
+// Require lets a request through when it carries a token with scope:
+// 401 without a valid token, 403 with one that lacks the scope. A nil
+// Tokens lets everything through (an API left open on purpose).
+func (ts *Tokens) Require(scope string, next http.Handler) http.Handler {
+	if ts == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok := ts.lookup(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="troy"`)
+			problem(w, http.StatusUnauthorized, "send a token: Authorization: Bearer <token> (troy tokens add makes one)")
+			return
+		}
+		if !t.Allows(scope) {
+			problem(w, http.StatusForbidden, fmt.Sprintf("token %q may not do this: it needs scope %q", t.Name, scope))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func problem(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

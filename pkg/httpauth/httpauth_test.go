@@ -1,0 +1,80 @@
+package httpauth_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/httpauth"
+)
+
+func TestScopedTokens(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	ingest, err := httpauth.Append(file, "collector", []string{httpauth.Ingest})
+	require.NoError(t, err)
+	admin, err := httpauth.Append(file, "ops", []string{httpauth.Admin})
+	require.NoError(t, err)
+	_, err = httpauth.Append(file, "collector", []string{httpauth.Read})
+	assert.ErrorContains(t, err, "already has a token named")
+	st, err := os.Stat(file)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	b, _ := os.ReadFile(file)
+	assert.NotContains(t, string(b), ingest, "only hashes are kept")
+	assert.True(t, strings.HasPrefix(ingest, "troy_"))
+
+	ts, err := httpauth.Load(file)
+	require.NoError(t, err)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := ts.Require(httpauth.Guard, ok)
+	for _, c := range []struct {
+		header string
+		want   int
+	}{
+		{"", http.StatusUnauthorized},
+		{"Bearer ", http.StatusUnauthorized},
+		{"Bearer troy_wrong", http.StatusUnauthorized},
+		{"Basic " + ingest, http.StatusUnauthorized},
+		{"Bearer " + ingest, http.StatusForbidden},
+		{"Bearer " + admin, http.StatusNoContent},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/guard/check", nil)
+		if c.header != "" {
+			req.Header.Set("Authorization", c.header)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, c.want, rec.Code, c.header)
+		if c.want == http.StatusUnauthorized {
+			assert.Equal(t, `Bearer realm="troy"`, rec.Header().Get("WWW-Authenticate"))
+		}
+		if c.want == http.StatusForbidden {
+			assert.Contains(t, rec.Body.String(), `token \"collector\" may not do this: it needs scope \"guard\"`)
+		}
+	}
+}
+
+func TestTokensFileErrorsSayWhere(t *testing.T) {
+	dir := t.TempDir()
+	for content, want := range map[string]string{
+		"":                   "holds no token",
+		"# only a comment\n": "holds no token",
+		"a guard\n":          "tokens:1: 2 fields",
+		"\na fly sha256:" + strings.Repeat("0", 64): `tokens:2: scope "fly" is not one of`,
+		"a guard md5:00\n":                          "tokens:1: the hash is not sha256",
+		"a guard sha256:" + strings.Repeat("0", 64) + "\na read sha256:" + strings.Repeat("1", 64): `tokens:2: token name "a" is used twice`,
+	} {
+		file := filepath.Join(dir, "tokens")
+		require.NoError(t, os.WriteFile(file, []byte(content), 0o600))
+		_, err := httpauth.Load(file)
+		assert.ErrorContains(t, err, want, content)
+	}
+	_, err := httpauth.Load(filepath.Join(dir, "missing"))
+	assert.ErrorContains(t, err, "troy tokens add")
+}
