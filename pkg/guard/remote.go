@@ -70,6 +70,17 @@ func (o RemoteOptions) answer(req Request, body []byte) (Decision, error) {
 	return reply.Decision, nil
 }
 
+// troyError is the message of troy's {"error": …} reply, or "".
+func troyError(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Error
+}
+
 // snippet shows the start of a reply that was not a decision.
 func snippet(b []byte) string {
 	s := strings.TrimSpace(string(b))
@@ -150,10 +161,11 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Decision, error) {
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		// the guard is there and refuses this client: a configuration to
-		// fix, never a reason to fail open
-		err := fmt.Errorf("%w: the guard at %s refused this client: %s (%s)", ErrRefused, h.URL, resp.Status, snippet(data))
+	case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && troyError(data) != "":
+		// troy's guard is there and refuses this client (no token, or one
+		// without scope guard): a configuration to fix, never a reason to
+		// fail open. (A proxy's 403 page is no guard answering.)
+		err := fmt.Errorf("%w: the guard at %s refused this client: %s: %s", ErrRefused, h.URL, resp.Status, troyError(data))
 		return blocked(req, err), err
 	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity ||
 		resp.StatusCode == http.StatusRequestEntityTooLarge:

@@ -15,7 +15,7 @@ import (
 func TestBatcherWritesEveryRecordInOrder(t *testing.T) {
 	srv, _ := bustest.Provisioned(t)
 	ctx := context.Background()
-	b, err := ledger.OpenBatcher(ctx, srv.JS, "guard-test", "guard", ledger.BatcherOptions{Interval: 10 * time.Millisecond})
+	b, err := ledger.OpenBatcher(ctx, srv.JS, "guard-test", "guard", ledger.BatcherOptions{})
 	require.NoError(t, err)
 	const n = 1234
 	for i := range n {
@@ -38,7 +38,7 @@ func TestBatcherWritesEveryRecordInOrder(t *testing.T) {
 func TestBatcherReportsBeingBehind(t *testing.T) {
 	srv, _ := bustest.Provisioned(t)
 	ctx := context.Background()
-	b, err := ledger.OpenBatcher(ctx, srv.JS, "guard-slow", "guard", ledger.BatcherOptions{Interval: time.Hour, Queue: 3, Timeout: 200 * time.Millisecond})
+	b, err := ledger.OpenBatcher(ctx, srv.JS, "guard-slow", "guard", ledger.BatcherOptions{Queue: 3, Timeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	srv.NC.Close() // nothing can be written now
 	var behind error
@@ -49,4 +49,29 @@ func TestBatcherReportsBeingBehind(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	assert.ErrorContains(t, b.Close(cctx), "not written", "what could not be written is reported")
+}
+
+// AddWait returns once the record is stored; a batcher fenced by another
+// writer stops and refuses every record after, instead of interleaving.
+func TestBatcherWaitsAndStopsWhenFenced(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	b, err := ledger.OpenBatcher(ctx, srv.JS, "audits", "reporter", ledger.BatcherOptions{})
+	require.NoError(t, err)
+	require.NoError(t, b.AddWait(ctx, ledger.Entry{Kind: "audit", Data: map[string]any{"trace_id": "t1"}}))
+	entries, err := ledger.Read(ctx, srv.JS, "audits")
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "stored when AddWait returned")
+
+	other, err := ledger.Open(ctx, srv.JS, "audits", "intruder")
+	require.NoError(t, err)
+	_, _, err = other.Append(ctx, "audit", map[string]any{"trace_id": "forged"})
+	require.NoError(t, err)
+	err = b.AddWait(ctx, ledger.Entry{Kind: "audit", Data: map[string]any{"trace_id": "t2"}})
+	require.ErrorIs(t, err, ledger.ErrFenced)
+	assert.ErrorIs(t, b.Add("audit", map[string]any{"trace_id": "t3"}), ledger.ErrFenced, "nothing more is taken")
+	entries, err = ledger.Read(ctx, srv.JS, "audits")
+	require.NoError(t, err)
+	assert.Len(t, entries, 2, "the fenced record was not written after the intruder's")
+	assert.Error(t, b.Close(ctx))
 }

@@ -96,7 +96,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ledger, writerName string
 
 // sync reads the ledger's last record.
 func (w *Writer) sync(ctx context.Context) error {
-	m, err := w.stream.GetLastMsgForSubject(ctx, Subject(w.ledger))
+	m, err := leaderGet(ctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		w.seq, w.lastSeq, w.head = 0, 0, Genesis
 		return nil
@@ -221,8 +221,9 @@ type attempt struct {
 }
 
 // send publishes an attempt and settles its outcome: stored (the writer
-// moves on), refused by the server (ErrFenced), or unknown (kept as
-// inDoubt, to be sent again, byte for byte, by the next append).
+// moves on), refused (the server said no, or it never left: nothing was
+// stored), fenced (another writer's records are there), or unknown (kept
+// as inDoubt, to be sent again, byte for byte, by the next append).
 func (w *Writer) send(ctx context.Context, a *attempt) error {
 	readBack := 5 * time.Second // as long as the caller gave the publish, at most
 	if dl, ok := ctx.Deadline(); ok {
@@ -234,38 +235,51 @@ func (w *Writer) send(ctx context.Context, a *attempt) error {
 			m.Header.Set(hdrBatchID, id)
 		}
 	}
-	stored, err := w.publish(ctx, a.msgs)
+	stored, refused, err := w.publish(ctx, a.msgs)
 	if err == nil {
 		w.seq, w.lastSeq, w.head, w.inDoubt = a.seq, stored, a.head, nil
 		return nil
 	}
-	before := w.seq
-	if errors.Is(err, ErrFenced) && w.inDoubt != a {
-		return fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, before)
+	if refused && w.inDoubt != a { // a first try the server refused: nothing of it is stored
+		if errors.Is(err, ErrFenced) {
+			return fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, w.seq)
+		}
+		return fmt.Errorf("ledger %s: append refused: %w", w.ledger, err)
 	}
 	// The ack may have been lost after the records were stored (or, sent
-	// again, they were stored by the first try): what is the ledger's last
-	// record now?
+	// again, they were stored by an earlier try): what does the leader
+	// hold as the ledger's last record?
 	w.inDoubt = a
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBack)
 	defer cancel()
-	if serr := w.sync(rctx); serr != nil {
-		return fmt.Errorf("ledger %s: append: %w (reading back: %v; append the same records again to settle it)", w.ledger, err, serr)
+	before := a.seq - uint64(len(a.msgs))
+	last, gerr := leaderGet(rctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
+	var lastSeq uint64
+	var lastData []byte
+	switch {
+	case errors.Is(gerr, jetstream.ErrMsgNotFound):
+	case gerr != nil:
+		return fmt.Errorf("ledger %s: append: %w (reading back: %v; append the same records again to settle it)", w.ledger, err, gerr)
+	default:
+		r, derr := Decode(last.Data)
+		if derr != nil {
+			return fmt.Errorf("ledger %s: its last record (stream seq %d) is %w", w.ledger, last.Sequence, derr)
+		}
+		lastSeq, lastData = r.Seq, last.Data
 	}
-	last := a.msgs[len(a.msgs)-1].Data
-	switch w.seq {
-	case before:
+	switch {
+	case lastSeq == before && (before == 0 || EntryHash(lastData) == w.head):
 		// Not there (yet: a write in flight may still land, which is why
 		// the same bytes go again next time).
-		return fmt.Errorf("ledger %s: append: %w (append the same records again)", w.ledger, err)
-	case a.seq:
-		if got, gerr := w.stream.GetMsg(rctx, w.lastSeq); gerr == nil && bytes.Equal(got.Data, last) {
-			w.inDoubt = nil
-			return nil // it was stored: the ack was lost
-		}
+		return fmt.Errorf("ledger %s: append: %w (append the same records again to settle it)", w.ledger, err)
+	case lastSeq == a.seq && bytes.Equal(lastData, a.msgs[len(a.msgs)-1].Data):
+		w.seq, w.lastSeq, w.head, w.inDoubt = a.seq, last.Sequence, a.head, nil
+		return nil // it was stored: the ack was lost
+	case lastSeq < before:
+		return fmt.Errorf("ledger %s: the leader holds %d records, this writer wrote %d: append the same records again to settle it", w.ledger, lastSeq, before)
 	}
-	w.inDoubt = nil
-	return fmt.Errorf("%w (%s at seq %d)", ErrFenced, w.ledger, before)
+	w.inDoubt = nil // another writer's records are there: this one must stop
+	return fmt.Errorf("%w (%s: seq %d is not this writer's)", ErrFenced, w.ledger, min(lastSeq, a.seq))
 }
 
 // sameEntries reports whether a retry carries the records in doubt: the
@@ -285,6 +299,10 @@ func sameEntries(a, b []Entry) bool {
 	return true
 }
 
+// errCodeBatchDuplicateID is the server's "atomic publish batch contains
+// duplicate message id" (nats.go has no constant for it).
+const errCodeBatchDuplicateID jetstream.ErrorCode = 10201
+
 // The atomic batch headers (ADR-50); nats.go has no constants for them.
 const (
 	hdrBatchID     = "Nats-Batch-Id"
@@ -293,17 +311,20 @@ const (
 )
 
 // publish sends msgs (one message, or an atomic batch whose last message
-// commits it) and returns the stream sequence of the last.
-func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+// commits it) and returns the stream sequence of the last. refused is true
+// when nothing can have been stored: the server answered with an error,
+// or the commit never left.
+func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (seq uint64, refused bool, err error) {
 	nc := w.js.Conn()
 	for _, m := range msgs[:len(msgs)-1] {
 		if err := nc.PublishMsg(m); err != nil {
-			return 0, err
+			return 0, true, err // no commit: the server stores nothing of the batch
 		}
 	}
 	resp, err := nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
 	if err != nil {
-		return 0, err
+		definite := errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrBadSubject)
+		return 0, definite, err
 	}
 	var ack struct {
 		Error     *jetstream.APIError `json:"error"`
@@ -312,23 +333,27 @@ func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) 
 		Duplicate bool                `json:"duplicate"`
 	}
 	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("reading the server's ack: %w", err)
+		return 0, false, fmt.Errorf("reading the server's ack: %w", err)
 	}
 	switch {
-	case ack.Error != nil && ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
-		return 0, ErrFenced
+	case ack.Error != nil && (ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || ack.Error.ErrorCode == errCodeBatchDuplicateID):
+		return 0, true, ErrFenced // records under these ledger seqs are there already
 	case ack.Error != nil:
-		return 0, ack.Error
+		return 0, true, ack.Error
 	case len(msgs) > 1 && ack.Count != len(msgs):
-		return 0, fmt.Errorf("the server committed %d of a batch of %d", ack.Count, len(msgs))
+		return 0, false, fmt.Errorf("the server committed %d of a batch of %d", ack.Count, len(msgs))
 	case ack.Duplicate:
 		// The server already holds a record under this ledger seq: ours
 		// (a resend), or another writer's, which makes this one stale.
-		if got, err := w.stream.GetMsg(ctx, ack.Seq); err != nil || !bytes.Equal(got.Data, msgs[0].Data) {
-			return 0, ErrFenced
+		got, err := leaderGet(ctx, nc, Stream, ack.Seq, "")
+		if err != nil {
+			return 0, false, err
+		}
+		if !bytes.Equal(got.Data, msgs[len(msgs)-1].Data) {
+			return 0, true, ErrFenced
 		}
 	}
-	return ack.Seq, nil
+	return ack.Seq, false, nil
 }
 
 // Read returns a ledger's stored records in order.

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -156,4 +157,18 @@ func TestRacingWritersAreFenced(t *testing.T) {
 		n++
 	}
 	assert.Equal(t, n, len(entries), "nothing stored that was not acknowledged")
+}
+
+// A record the server refuses outright (too big to send) is not in doubt:
+// it does not hold up the records after it.
+func TestARefusedAppendDoesNotWedgeTheWriter(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	w, err := ledger.Open(ctx, srv.JS, "big", "runner")
+	require.NoError(t, err)
+	_, _, err = w.Append(ctx, "iteration", map[string]any{"blob": strings.Repeat("x", int(srv.NC.MaxPayload())+1)})
+	require.Error(t, err)
+	seq, _, err := w.Append(ctx, "iteration", map[string]any{"small": true})
+	require.NoError(t, err, "the next record goes on")
+	assert.Equal(t, uint64(1), seq)
 }

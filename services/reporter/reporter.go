@@ -213,9 +213,10 @@ type purgingPublisher struct {
 	s *Service
 }
 
-// Publish stores the reports, then records them in the ledger and purges
-// their joins. A record the ledger cannot take fails the publish, so the
-// trace is redelivered rather than left unrecorded.
+// Publish stores the reports, then records them in the ledger (waiting
+// until each record is stored) and purges their joins. A record the
+// ledger does not store fails the publish, so the trace is redelivered
+// rather than acknowledged unrecorded.
 func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := p.Publisher.Publish(topic, msgs...); err != nil {
 		for _, m := range msgs {
@@ -226,7 +227,10 @@ func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error 
 	for _, m := range msgs {
 		if rec, ok := p.s.records.LoadAndDelete(m.UUID); ok {
 			data := rec.(map[string]any)
-			if err := p.s.ledger.Add("audit", data); err != nil {
+			ctx, cancel := context.WithTimeout(m.Context(), 10*time.Second)
+			err := p.s.ledger.AddWait(ctx, ledger.Entry{Kind: "audit", Data: data})
+			cancel()
+			if err != nil {
 				return fmt.Errorf("reporter: record the audit of %s: %w", data["trace_id"], err)
 			}
 		}
