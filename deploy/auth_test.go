@@ -86,7 +86,7 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	entries, err := ledger.Read(ctx, svc, "run1")
 	require.NoError(t, err)
 	assert.Len(t, entries, 3, "the ledger is whole")
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify("run1", entries)
 	require.NoError(t, err)
 
 	admin := connect("admin", "operator-secret")

@@ -170,7 +170,7 @@ func TestAgentRunIsAuditedWhileItRuns(t *testing.T) {
 	// The decisions are in the run's ledger, chained.
 	entries, err := ledger.Read(ctx, srv.JS, req.RunID)
 	require.NoError(t, err)
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify(req.RunID, entries)
 	require.NoError(t, err)
 	var kinds []string
 	for _, e := range entries {
@@ -250,7 +250,7 @@ func TestAgentRunnerStoppedMidRunIsResumedByAnother(t *testing.T) {
 	assert.Equal(t, []bool{false, true}, starts)
 	entries, err := ledger.Read(ctx, srv.JS, req.RunID)
 	require.NoError(t, err)
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify(req.RunID, entries)
 	require.NoError(t, err, "the second runner goes on with the same chain")
 	ends := 0
 	for _, e := range entries {

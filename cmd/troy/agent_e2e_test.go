@@ -447,7 +447,13 @@ func TestLedgerCheckpointEndToEnd(t *testing.T) {
 	r = troy(t, dir, "ledger", "checkpoint", "--key", "other")
 	require.Equal(t, 0, r.code, r.stderr)
 	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub")
-	assert.Equal(t, 2, r.code, "a checkpoint the key did not sign is a fault: %s", r.stdout)
+	assert.Equal(t, 0, r.code, "a checkpoint another key signed is ignored, and said so: %s", r.stdout)
+	assert.Contains(t, r.stderr, "1 stored checkpoint(s) are not signed by e2e and were ignored")
+	r = troy(t, dir, "ledger", "checkpoint", "export")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "foreign.checkpoint"), []byte(r.stdout), 0o644))
+	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub", "--checkpoint", "foreign.checkpoint")
+	assert.Equal(t, 2, r.code, "checked against it alone, it is a fault: %s", r.stdout)
 	assert.Contains(t, r.stdout, "bad_signature")
 }
 

@@ -69,11 +69,15 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 					} else if len(cps) == 0 {
 						return errors.New("no checkpoint is stored yet: sign one (troy ledger checkpoint --key FILE) or run the checkpointer (troy serve with TROY_LEDGER_KEY)")
 					}
-					entries, err := ledger.ReadAll(ctx, st.js)
+					stored, err := ledger.ReadAll(ctx, st.js)
 					if err == nil {
-						var size uint64
-						if size, err = ledger.CheckAll(cps, v, entries); err == nil {
-							fmt.Fprintf(cmd.OutOrStdout(), "log: ok, %d entries, consistent with %d checkpoint(s) signed by %s (the newest covers %d)\n", len(entries), len(cps), v.Name(), size)
+						var res ledger.Checked
+						if res, err = ledger.CheckAll(cps, v, ledger.Leaves(stored)); err == nil {
+							fmt.Fprintf(cmd.OutOrStdout(), "log: ok, %d entries, consistent with %d checkpoint(s) signed by %s (the newest covers %d)\n",
+								len(stored), res.Checkpoints, v.Name(), res.Size)
+						}
+						if res.Ignored > 0 {
+							fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d stored checkpoint(s) are not signed by %s and were ignored: forged, or signed with another key\n", res.Ignored, v.Name())
 						}
 					}
 					if err != nil {
@@ -94,7 +98,7 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					head, err := ledger.Verify(entries)
+					head, err := ledger.Verify(id, entries)
 					if err != nil {
 						bad++
 						fmt.Fprintf(cmd.OutOrStdout(), "%s: FAULT %v\n", id, err)
@@ -217,11 +221,11 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				entries, err := ledger.ReadAll(ctx, st.js)
+				stored, err := ledger.ReadAll(ctx, st.js)
 				if err != nil {
 					return err
 				}
-				p, err := ledger.Prove(entries, seq, cp)
+				p, err := ledger.Prove(stored, seq, cp)
 				if err != nil {
 					return err
 				}

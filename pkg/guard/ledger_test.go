@@ -65,7 +65,7 @@ func TestGuardServiceRecordsEveryDecision(t *testing.T) {
 	entries, err := ledger.Read(ctx, srv.JS, id)
 	require.NoError(t, err)
 	require.Len(t, entries, 2)
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify(id, entries)
 	require.NoError(t, err)
 	blocked, err := ledger.Decode(entries[1])
 	require.NoError(t, err)

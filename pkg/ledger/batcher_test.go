@@ -28,7 +28,7 @@ func TestBatcherWritesEveryRecordInOrder(t *testing.T) {
 	entries, err := ledger.Read(ctx, srv.JS, "guard-test")
 	require.NoError(t, err)
 	require.Len(t, entries, n)
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify("guard-test", entries)
 	require.NoError(t, err)
 	last, err := ledger.Decode(entries[n-1])
 	require.NoError(t, err)

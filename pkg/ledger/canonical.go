@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"regexp"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -19,6 +20,30 @@ func IsCanonical(b []byte) bool {
 	return c.value() && c.i == len(b)
 }
 
+// recordKeys are a record's keys in canonical order: exactly these, so no
+// reader (Go's decoder matches keys ignoring case) sees another record.
+var recordKeys = []string{"data", "kind", "ledger", "prev_hash", "seq", "ts", "writer"}
+
+// recordFault says why b is not a stored record (canonical JSON with
+// exactly the record's keys), or nil when it is.
+func recordFault(b []byte) *Fault {
+	c := canonChecker{b: b}
+	if !c.value() || c.i != len(b) {
+		if _, err := jcs.Transform(b); err != nil {
+			return &Fault{Kind: "unreadable", Msg: "unreadable: " + err.Error()}
+		}
+		return &Fault{Kind: "not_canonical", Msg: "not in canonical form"}
+	}
+	ok := len(c.top) == len(recordKeys)
+	for i := 0; ok && i < len(c.top); i++ {
+		ok = string(c.top[i]) == recordKeys[i]
+	}
+	if !ok {
+		return &Fault{Kind: "unreadable", Msg: "unreadable: a record has exactly the keys " + strings.Join(recordKeys, ", ")}
+	}
+	return nil
+}
+
 // maxDepth is jcs's nesting limit: deeper documents do not transform.
 const maxDepth = 10000
 
@@ -26,6 +51,7 @@ type canonChecker struct {
 	b     []byte
 	i     int
 	depth int
+	top   [][]byte // the top-level object's keys, as written
 }
 
 func (c *canonChecker) peek() byte {
@@ -74,6 +100,9 @@ func (c *canonChecker) object() bool {
 		key, ok := c.str()
 		if !ok || (n > 0 && !keyBefore(prev, key)) || c.peek() != ':' {
 			return false
+		}
+		if c.depth == 1 {
+			c.top = append(c.top, key)
 		}
 		prev = key
 		c.i++

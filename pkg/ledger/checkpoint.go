@@ -73,7 +73,25 @@ func LoadVerifier(keyOrFile string) (note.Verifier, error) {
 
 var hasher = rfc6962.DefaultHasher
 
-// Root is the RFC 6962 Merkle root over entries, in stream order.
+// Leaf is what the Merkle tree commits to for one stored entry: its
+// subject and its bytes, so a record copied under another ledger's
+// subject is not the entry that was checkpointed.
+func Leaf(subject string, data []byte) []byte {
+	leaf := make([]byte, 0, len(subject)+1+len(data))
+	leaf = append(append(append(leaf, subject...), '\n'), data...)
+	return leaf
+}
+
+// Leaves are the tree's leaves for stored entries.
+func Leaves(stored []Stored) [][]byte {
+	out := make([][]byte, len(stored))
+	for i, st := range stored {
+		out[i] = Leaf(st.Subject, st.Data)
+	}
+	return out
+}
+
+// Root is the RFC 6962 Merkle root over leaves (Leaf), in stream order.
 func Root(entries [][]byte) ([]byte, error) {
 	rf := compact.RangeFactory{Hash: hasher.HashChildren}
 	r := rf.NewEmptyRange(0)
@@ -123,8 +141,10 @@ func CheckAgainst(checkpoint []byte, verifier note.Verifier, entries [][]byte) (
 	return cp, nil
 }
 
-// ReadAll returns every entry of the LEDGER stream in order.
-func ReadAll(ctx context.Context, js jetstream.JetStream) ([][]byte, error) {
+// ReadAll returns every entry of the LEDGER stream in order, read through
+// the stream's leader (a lagging replica would show a tail cut that is
+// not there).
+func ReadAll(ctx context.Context, js jetstream.JetStream) ([]Stored, error) {
 	s, err := js.Stream(ctx, Stream)
 	if err != nil {
 		return nil, err
@@ -133,16 +153,19 @@ func ReadAll(ctx context.Context, js jetstream.JetStream) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out [][]byte
+	var out []Stored
 	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m, err = leaderGet(ctx, js.Conn(), Stream, seq, "")
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil, &Fault{Index: len(out), Kind: "tail_cut", Msg: fmt.Sprintf("stream sequence %d is missing", seq)}
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m.Data)
+		out = append(out, Stored{StreamSeq: m.Sequence, Subject: m.Subject, Data: m.Data})
 	}
 	return out, nil
 }
@@ -150,11 +173,11 @@ func ReadAll(ctx context.Context, js jetstream.JetStream) ([][]byte, error) {
 // PublishCheckpoint signs the whole stream as it stands and stores the
 // checkpoint.
 func PublishCheckpoint(ctx context.Context, js jetstream.JetStream, signer note.Signer) ([]byte, error) {
-	entries, err := ReadAll(ctx, js)
+	stored, err := ReadAll(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	cp, err := Sign(signer, entries)
+	cp, err := Sign(signer, Leaves(stored))
 	if err != nil {
 		return nil, err
 	}

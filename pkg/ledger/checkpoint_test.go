@@ -40,7 +40,7 @@ func TestCheckpointsCatchWhatTheChainCannot(t *testing.T) {
 		return f.Kind
 	}
 	// the tail cut off after the checkpoint: the chain alone still verifies
-	_, err = ledger.Verify(entries[:4])
+	_, err = ledger.Verify("run1", entries[:4])
 	require.NoError(t, err)
 	assert.Equal(t, "tail_cut", fault(cp, entries[:4]))
 
@@ -72,10 +72,18 @@ func testKeys(t *testing.T, name string) (note.Signer, note.Verifier) {
 
 // Every entry of a log whose size is no power of two is proved in, and a
 // proof shows nothing it should not.
+func stored(subject string, entries [][]byte) []ledger.Stored {
+	var out []ledger.Stored
+	for i, e := range entries {
+		out = append(out, ledger.Stored{StreamSeq: uint64(i + 1), Subject: subject, Data: e})
+	}
+	return out
+}
+
 func TestInclusionProofs(t *testing.T) {
 	signer, verifier := testKeys(t, "test-log")
-	entries := chain(t, 13)
-	cp, err := ledger.Sign(signer, entries)
+	entries := stored(ledger.Subject("run1"), chain(t, 13))
+	cp, err := ledger.Sign(signer, ledger.Leaves(entries))
 	require.NoError(t, err)
 	for seq := uint64(1); seq <= 13; seq++ {
 		p, err := ledger.Prove(entries, seq, cp)
@@ -102,15 +110,27 @@ func TestInclusionProofs(t *testing.T) {
 	moved := *p
 	moved.Seq = 6
 	assert.Equal(t, "not_included", kind(&moved))
+	elsewhere := *p
+	elsewhere.Subject = ledger.Subject("run2")
+	assert.Equal(t, "not_included", kind(&elsewhere), "the subject is part of the leaf")
+
+	// A record copied under another ledger's subject is in the log, and
+	// the proof says it is not that ledger's.
+	copied := stored(ledger.Subject("run2"), chain(t, 2))
+	cp2, err := ledger.Sign(signer, ledger.Leaves(copied))
+	require.NoError(t, err)
+	p2, err := ledger.Prove(copied, 2, cp2)
+	require.NoError(t, err)
+	assert.Equal(t, "wrong_ledger", kind(p2))
 	_, otherVerifier := testKeys(t, "test-log")
 	_, err = ledger.VerifyProof(p, otherVerifier)
 	assert.Error(t, err, "a proof against a checkpoint the key did not sign")
 	forger, _ := testKeys(t, "test-log")
-	forged, err := ledger.Sign(forger, entries)
+	forged, err := ledger.Sign(forger, ledger.Leaves(entries))
 	require.NoError(t, err)
-	p2, err := ledger.Prove(entries, 5, forged)
+	p3, err := ledger.Prove(entries, 5, forged)
 	require.NoError(t, err)
-	assert.Equal(t, "bad_signature", kind(p2))
+	assert.Equal(t, "bad_signature", kind(p3))
 }
 
 func TestCheckAllChecksEveryCheckpoint(t *testing.T) {
@@ -122,9 +142,17 @@ func TestCheckAllChecksEveryCheckpoint(t *testing.T) {
 		require.NoError(t, err)
 		cps = append(cps, cp)
 	}
-	size, err := ledger.CheckAll(cps, verifier, entries)
+	forger, _ := testKeys(t, "test-log")
+	junk, err := ledger.Sign(forger, entries[:3])
 	require.NoError(t, err)
-	assert.Equal(t, uint64(20), size)
+	cps = append(cps, junk, []byte("not a checkpoint"))
+	res, err := ledger.CheckAll(cps, verifier, entries)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.Checked{Checkpoints: 4, Ignored: 2, Size: 20}, res, "checkpoints the key did not sign are counted and ignored")
+	_, err = ledger.CheckAll([][]byte{junk}, verifier, entries)
+	var bad *ledger.Fault
+	require.ErrorAs(t, err, &bad)
+	assert.Equal(t, "bad_signature", bad.Kind, "and none signed by the key is a fault")
 
 	rewritten := append([][]byte(nil), entries...)
 	rewritten[7] = chain(t, 20)[8]
@@ -167,11 +195,11 @@ func TestCheckpointerSignsAsTheLogGrows(t *testing.T) {
 		cps, err = ledger.Checkpoints(ctx, srv.JS)
 		return err == nil && len(cps) > 0 && c.Size() == 11
 	}, 10*time.Second, 20*time.Millisecond)
-	entries, err := ledger.ReadAll(ctx, srv.JS)
+	stored, err := ledger.ReadAll(ctx, srv.JS)
 	require.NoError(t, err)
-	size, err := ledger.CheckAll(cps, verifier, entries)
+	res, err := ledger.CheckAll(cps, verifier, ledger.Leaves(stored))
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, size, uint64(5))
+	assert.GreaterOrEqual(t, res.Size, uint64(5))
 	cancel()
 	require.NoError(t, <-done)
 }

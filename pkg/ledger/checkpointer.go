@@ -79,7 +79,7 @@ func (c *Checkpointer) Run(ctx context.Context) error {
 		case meta.Sequence.Stream != c.tree.End()+1:
 			c.fault = fmt.Errorf("stream sequence %d follows %d: entries are missing", meta.Sequence.Stream, c.tree.End())
 		default:
-			if err := c.tree.Append(hasher.HashLeaf(m.Data()), nil); err != nil {
+			if err := c.tree.Append(hasher.HashLeaf(Leaf(m.Subject(), m.Data())), nil); err != nil {
 				c.fault = err
 			}
 		}

@@ -18,7 +18,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte(`{"seq":1}`), []byte(`not json`))
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		entries := [][]byte{first, second}
-		if _, err := ledger.Verify(entries); err != nil {
+		if _, err := ledger.Verify("l", entries); err != nil {
 			return
 		}
 		for i, e := range entries {

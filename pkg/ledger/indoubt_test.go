@@ -118,6 +118,6 @@ func TestAnAppendInDoubtIsSettledByRetrying(t *testing.T) {
 	entries, err := ledger.Read(ctx, srv.JS, "run-doubt")
 	require.NoError(t, err)
 	require.Len(t, entries, 5, "each record once")
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify("run-doubt", entries)
 	require.NoError(t, err)
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -19,6 +20,7 @@ import (
 // that one record is in the log a signed checkpoint vouches for.
 type Proof struct {
 	Seq        uint64   `json:"seq"`        // the entry's stream sequence (its leaf is Seq-1)
+	Subject    string   `json:"subject"`    // where it is stored: troy.ledger.<its ledger>
 	Entry      string   `json:"entry"`      // the stored record, byte for byte
 	TreeSize   uint64   `json:"tree_size"`  // the checkpoint's size
 	Hashes     []string `json:"hashes"`     // the RFC 6962 inclusion proof, hex
@@ -41,7 +43,8 @@ func UnsignedSize(checkpoint []byte) (uint64, error) {
 
 // Prove makes the inclusion proof of the entry at stream sequence seq in
 // the log of the checkpoint, from the log's entries (in stream order).
-func Prove(entries [][]byte, seq uint64, checkpoint []byte) (*Proof, error) {
+func Prove(stored []Stored, seq uint64, checkpoint []byte) (*Proof, error) {
+	entries := Leaves(stored)
 	size, err := UnsignedSize(checkpoint)
 	if err != nil {
 		return nil, err
@@ -72,7 +75,7 @@ func Prove(entries [][]byte, seq uint64, checkpoint []byte) (*Proof, error) {
 	if hashes, err = nodes.Rehash(hashes, hasher.HashChildren); err != nil {
 		return nil, err
 	}
-	p := &Proof{Seq: seq, Entry: string(entries[seq-1]), TreeSize: size, Checkpoint: string(checkpoint)}
+	p := &Proof{Seq: seq, Subject: stored[seq-1].Subject, Entry: string(stored[seq-1].Data), TreeSize: size, Checkpoint: string(checkpoint)}
 	for _, h := range hashes {
 		p.Hashes = append(p.Hashes, hex.EncodeToString(h))
 	}
@@ -114,8 +117,11 @@ func VerifyProof(p *Proof, verifier note.Verifier) (Record, error) {
 	if p.Seq == 0 {
 		return rec, &Fault{Kind: "unreadable", Msg: "entries are numbered from 1"}
 	}
-	if err := proof.VerifyInclusion(hasher, p.Seq-1, cp.Size, hasher.HashLeaf([]byte(p.Entry)), hashes, cp.Hash); err != nil {
+	if err := proof.VerifyInclusion(hasher, p.Seq-1, cp.Size, hasher.HashLeaf(Leaf(p.Subject, []byte(p.Entry))), hashes, cp.Hash); err != nil {
 		return rec, &Fault{Kind: "not_included", Msg: fmt.Sprintf("entry %d does not hash up to the signed root: %v", p.Seq, err)}
+	}
+	if p.Subject != Subject(rec.Ledger) {
+		return rec, &Fault{Seq: rec.Seq, Kind: "wrong_ledger", Msg: fmt.Sprintf("a record of ledger %q stored on %s (copied there)", rec.Ledger, p.Subject)}
 	}
 	return rec, nil
 }
@@ -141,44 +147,60 @@ func Checkpoints(ctx context.Context, js jetstream.JetStream) ([][]byte, error) 
 	}
 }
 
-// CheckAll verifies every checkpoint's signature and that the log (every
-// entry, in order) still holds what each one signed, in one pass over the
-// entries. It returns the largest size checked.
-func CheckAll(checkpoints [][]byte, verifier note.Verifier, entries [][]byte) (uint64, error) {
+// Checked is what CheckAll found.
+type Checked struct {
+	Checkpoints int    // signed by the key, and consistent with the log
+	Ignored     int    // not signed by the key: forged, or another key's
+	Size        uint64 // the largest checkpoint's size
+}
+
+// CheckAll verifies every checkpoint signed by the verifier's key against
+// the log (the leaves of every entry, in order), in one pass over them.
+// Checkpoints the key did not sign are counted and ignored (anyone who
+// may publish could add one, and none can be deleted); none signed at all
+// is a bad_signature fault.
+func CheckAll(checkpoints [][]byte, verifier note.Verifier, entries [][]byte) (Checked, error) {
+	var res Checked
 	cps := make([]*log.Checkpoint, 0, len(checkpoints))
-	for i, b := range checkpoints {
+	var firstErr error
+	for _, b := range checkpoints {
 		cp, _, _, err := log.ParseCheckpoint(b, Origin(verifier.Name()), verifier)
 		if err != nil {
-			return 0, &Fault{Index: i, Kind: "bad_signature", Msg: fmt.Sprintf("checkpoint %d of %d: %v", i+1, len(checkpoints), err)}
+			res.Ignored++
+			firstErr = cmp.Or(firstErr, err)
+			continue
 		}
 		cps = append(cps, cp)
+	}
+	if len(cps) == 0 {
+		return res, &Fault{Kind: "bad_signature", Msg: fmt.Sprintf("none of %d checkpoint(s) is signed by %s: %v", len(checkpoints), verifier.Name(), firstErr)}
 	}
 	sort.SliceStable(cps, func(i, j int) bool { return cps[i].Size < cps[j].Size })
 	rf := compact.RangeFactory{Hash: hasher.HashChildren}
 	r := rf.NewEmptyRange(0)
-	var largest uint64
 	for _, cp := range cps {
 		if uint64(len(entries)) < cp.Size {
-			return largest, &Fault{Index: len(entries), Kind: "tail_cut",
+			return res, &Fault{Index: len(entries), Kind: "tail_cut",
 				Msg: fmt.Sprintf("the log has %d entries; a checkpoint signed %d (entries were removed)", len(entries), cp.Size)}
 		}
 		for r.End() < cp.Size {
 			if err := r.Append(hasher.HashLeaf(entries[r.End()]), nil); err != nil {
-				return largest, err
+				return res, err
 			}
 		}
 		root := hasher.EmptyRoot()
 		if cp.Size > 0 {
 			var err error
 			if root, err = r.GetRootHash(nil); err != nil {
-				return largest, err
+				return res, err
 			}
 		}
 		if !bytes.Equal(root, cp.Hash) {
-			return largest, &Fault{Kind: "tree_mismatch",
+			return res, &Fault{Kind: "tree_mismatch",
 				Msg: fmt.Sprintf("the first %d entries do not hash to the root signed for them: the log was changed after it was checkpointed", cp.Size)}
 		}
-		largest = cp.Size
+		res.Checkpoints++
+		res.Size = cp.Size
 	}
-	return largest, nil
+	return res, nil
 }

@@ -107,29 +107,19 @@ func Decode(b []byte) (Record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return r, fmt.Errorf("unreadable: %w", err)
 	}
-	if f := canonicalFault(b); f != nil {
+	if f := recordFault(b); f != nil {
 		return r, errors.New(f.Msg)
 	}
 	return r, nil
 }
 
-// canonicalFault says why b is not canonical, or nil when it is.
-func canonicalFault(b []byte) *Fault {
-	if IsCanonical(b) {
-		return nil
-	}
-	if _, err := jcs.Transform(b); err != nil {
-		return &Fault{Kind: "unreadable", Msg: "unreadable: " + err.Error()}
-	}
-	return &Fault{Kind: "not_canonical", Msg: "not in canonical form"}
-}
 
-// Verify checks one ledger's records in order: canonical bytes, one ledger,
-// contiguous seq from 1, each linked to the previous entry's hash. It
-// returns the head hash, or the first fault. (A cut tail is only seen
-// against a signed checkpoint.) Entries are read and hashed on every core;
-// only the links are followed in order.
-func Verify(entries [][]byte) (head string, err error) {
+// Verify checks the records stored for one ledger, in order: canonical
+// bytes, each naming that ledger, contiguous seq from 1, each linked to the
+// previous entry's hash. It returns the head hash, or the first fault. (A
+// cut tail is only seen against a signed checkpoint.) Entries are read and
+// hashed on every core; only the links are followed in order.
+func Verify(ledger string, entries [][]byte) (head string, err error) {
 	checked := make([]checkedEntry, len(entries))
 	parallel(len(entries), func(i int) { checked[i] = check(entries[i]) })
 	prev := Genesis
@@ -138,8 +128,8 @@ func Verify(entries [][]byte) (head string, err error) {
 		case c.fault != nil:
 			c.fault.Index = i
 			return "", c.fault
-		case c.Ledger != checked[0].Ledger:
-			return "", &Fault{Index: i, Seq: c.Seq, Kind: "wrong_ledger", Msg: fmt.Sprintf("record of ledger %q among %q", c.Ledger, checked[0].Ledger)}
+		case c.Ledger != ledger:
+			return "", &Fault{Index: i, Seq: c.Seq, Kind: "wrong_ledger", Msg: fmt.Sprintf("a record of ledger %q stored in ledger %q (copied there)", c.Ledger, ledger)}
 		case c.Seq != uint64(i+1):
 			return "", &Fault{Index: i, Seq: c.Seq, Kind: "seq_gap", Msg: fmt.Sprintf("seq %d where %d belongs (a record deleted, added or moved)", c.Seq, i+1)}
 		case c.PrevHash != prev:
@@ -166,7 +156,7 @@ func check(b []byte) (c checkedEntry) {
 		c.fault = &Fault{Kind: "unreadable", Msg: "unreadable: " + err.Error()}
 		return c
 	}
-	if c.fault = canonicalFault(b); c.fault != nil {
+	if c.fault = recordFault(b); c.fault != nil {
 		c.fault.Seq = c.Seq
 		return c
 	}

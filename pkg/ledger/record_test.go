@@ -35,13 +35,13 @@ func TestCanonicalBytes(t *testing.T) {
 
 func TestVerifyFindsEachFault(t *testing.T) {
 	good := chain(t, 5)
-	head, err := ledger.Verify(good)
+	head, err := ledger.Verify("run1", good)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.EntryHash(good[4]), head)
 
 	fault := func(entries [][]byte) *ledger.Fault {
 		t.Helper()
-		_, err := ledger.Verify(entries)
+		_, err := ledger.Verify("run1", entries)
 		var f *ledger.Fault
 		require.ErrorAs(t, err, &f)
 		return f
@@ -62,8 +62,21 @@ func TestVerifyFindsEachFault(t *testing.T) {
 	reformatted[0] = bytes.Replace(good[0], []byte(`,"kind"`), []byte(`, "kind"`), 1)
 	assert.Equal(t, "not_canonical", fault(reformatted).Kind)
 
-	_, err = ledger.Verify(good[:3])
+	_, err = ledger.Verify("run1", good[:3])
 	assert.NoError(t, err, "a cut tail is only visible against a checkpoint")
+
+	_, err = ledger.Verify("run2", good)
+	var f2 *ledger.Fault
+	require.ErrorAs(t, err, &f2)
+	assert.Equal(t, "wrong_ledger", f2.Kind, "records copied under another ledger")
+
+	// canonical, but with a key Go's decoder would take for "seq"
+	shadowed := append([][]byte(nil), good...)
+	shadowed[0] = append(bytes.TrimSuffix(good[0], []byte("}")), []byte(`,"ſeq":5}`)...)
+	require.True(t, ledger.IsCanonical(shadowed[0]))
+	f = fault(shadowed)
+	assert.Equal(t, "unreadable", f.Kind)
+	assert.Contains(t, f.Msg, "exactly the keys")
 }
 
 func TestIsCanonicalAtTheNestingLimit(t *testing.T) {

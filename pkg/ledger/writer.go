@@ -372,6 +372,7 @@ func Read(ctx context.Context, js jetstream.JetStream, ledger string) ([][]byte,
 // Stored is a record as the stream holds it.
 type Stored struct {
 	StreamSeq uint64 // its entry number in the whole log (troy ledger proof)
+	Subject   string
 	Data      []byte
 }
 
@@ -392,7 +393,7 @@ func ReadStored(ctx context.Context, js jetstream.JetStream, ledger string) ([]S
 		if err != nil {
 			return nil, fmt.Errorf("ledger %s: %w", ledger, err)
 		}
-		out = append(out, Stored{StreamSeq: m.Sequence, Data: m.Data})
+		out = append(out, Stored{StreamSeq: m.Sequence, Subject: m.Subject, Data: m.Data})
 		after = m.Sequence
 	}
 }

@@ -35,7 +35,7 @@ func TestWriterChainsFencesAndIsSealed(t *testing.T) {
 	entries, err := ledger.Read(ctx, srv.JS, "run1")
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
-	head, err := ledger.Verify(entries)
+	head, err := ledger.Verify("run1", entries)
 	require.NoError(t, err)
 	_, h := w.Head()
 	assert.Equal(t, h, head)
@@ -47,7 +47,7 @@ func TestWriterChainsFencesAndIsSealed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(4), seq)
 	entries, _ = ledger.Read(ctx, srv.JS, "run1")
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify("run1", entries)
 	require.NoError(t, err)
 
 	s, err := srv.JS.Stream(ctx, ledger.Stream)
@@ -92,7 +92,7 @@ func TestAppendBatchIsAtomicAndFenced(t *testing.T) {
 	entries, err := ledger.Read(ctx, srv.JS, "guard")
 	require.NoError(t, err)
 	require.Len(t, entries, 100+ledger.MaxBatch, "nothing of the refused batches was stored")
-	got, err := ledger.Verify(entries)
+	got, err := ledger.Verify("guard", entries)
 	require.NoError(t, err)
 	_, want := w.Head()
 	assert.Equal(t, want, got)
@@ -142,7 +142,7 @@ func TestRacingWritersAreFenced(t *testing.T) {
 
 	entries, err := ledger.Read(ctx, srv.JS, "raced")
 	require.NoError(t, err)
-	_, err = ledger.Verify(entries)
+	_, err = ledger.Verify("raced", entries)
 	require.NoError(t, err, "one line, no fork")
 	stored := map[ack]int{}
 	for _, e := range entries {
