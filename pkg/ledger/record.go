@@ -113,7 +113,6 @@ func Decode(b []byte) (Record, error) {
 	return r, nil
 }
 
-
 // Verify checks the records stored for one ledger, in order: canonical
 // bytes, each naming that ledger, contiguous seq from 1, each linked to the
 // previous entry's hash. It returns the head hash, or the first fault. (A
