@@ -303,8 +303,9 @@ func TestReporterWritesFilesWhenConfigured(t *testing.T) {
 	var entries [][]byte
 	require.Eventually(t, func() bool {
 		entries, err = ledger.Read(context.Background(), srv.JS, "reporter-test")
-		return err == nil && len(entries) == 1
+		return err == nil && len(entries) > 0
 	}, 10*time.Second, 20*time.Millisecond)
+	require.Len(t, entries, 1, "one record for the one audit")
 	rec, err := ledger.Decode(entries[0])
 	require.NoError(t, err)
 	assert.Equal(t, "audit", rec.Kind)
@@ -315,6 +316,50 @@ func TestReporterWritesFilesWhenConfigured(t *testing.T) {
 	digest, err := ledger.DigestJSON(file)
 	require.NoError(t, err)
 	assert.Equal(t, digest, rec.Data["audit_sha256"], "the record proves which audit.json was written")
+}
+
+// Both halves of each trace arrive at once, so two workers may each
+// complete the join: the trace is still recorded once.
+func TestReporterRecordsEachAuditOnce(t *testing.T) {
+	srv, deps := bustest.Provisioned(t)
+	cfg := reporter.DefaultConfig()
+	cfg.Ledger = "reporter-once"
+	rp, err := reporter.New(context.Background(), deps, cfg)
+	require.NoError(t, err)
+	start(t, rp)
+	reports := subscribe(t, srv.NC, "troy.report.>")
+	const n = 40
+	for i := range n {
+		tr, err := parseTrace([]byte(fmt.Sprintf(`{"trace_id":"once-%d","agent_name":"a","steps":[{"step_id":"1","type":"llm_call"}]}`, i)))
+		require.NoError(t, err)
+		h := nats.Header{bus.HeaderKey: {bus.Key("live", "", tr.TraceID)}}
+		sc, _ := json.Marshal(events.Scored{Evaluated: events.Evaluated{TraceID: tr.TraceID, PolicyID: "p", PolicyHash: "sha256:abc"}})
+		ex, _ := json.Marshal(events.Explained{Trace: tr, Explanation: explain.Heuristic(tr, execgraph.Graph{})})
+		publish(t, srv.JS, "troy.score.live", sc, h)
+		publish(t, srv.JS, "troy.explain.live", ex, h)
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		var rep events.Reported
+		require.NoError(t, json.Unmarshal(next(t, reports).Data, &rep))
+		seen[rep.Audit.Trace.TraceID] = true
+	}
+	var entries [][]byte
+	require.Eventually(t, func() bool {
+		entries, err = ledger.Read(context.Background(), srv.JS, "reporter-once")
+		return err == nil && len(entries) >= n
+	}, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a second record would be there by now
+	entries, err = ledger.Read(context.Background(), srv.JS, "reporter-once")
+	require.NoError(t, err)
+	traces := map[any]int{}
+	for _, e := range entries {
+		r, err := ledger.Decode(e)
+		require.NoError(t, err)
+		traces[r.Data["trace_id"]]++
+	}
+	assert.Len(t, traces, n)
+	assert.Len(t, entries, n, "each audit recorded once")
 }
 
 func mustTrace(t *testing.T) *traceT {

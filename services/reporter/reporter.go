@@ -76,6 +76,43 @@ type Service struct {
 	// records waits for each report's publish: message UUID → its ledger
 	// record.
 	records sync.Map
+	// recorded remembers the reports recorded lately: both halves of a
+	// trace arriving at once can each complete the join, and the second,
+	// identical report (deduplicated by the stream) is not recorded again.
+	recorded recentSet
+}
+
+// recentSet is a bounded set of the most recent keys.
+type recentSet struct {
+	mu   sync.Mutex
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+// claim adds key, false if it is there already.
+func (r *recentSet) claim(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.set == nil {
+		r.set, r.ring = map[string]struct{}{}, make([]string, 1<<16)
+	}
+	if _, ok := r.set[key]; ok {
+		return false
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next], r.next = key, (r.next+1)%len(r.ring)
+	r.set[key] = struct{}{}
+	return true
+}
+
+// release forgets key (its record was not written: the redelivery writes it).
+func (r *recentSet) release(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.set, key)
 }
 
 // New builds the service.
@@ -176,6 +213,21 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reporter: read %s half of %s: %w", other, traceID, err)
 	}
+	// Both halves can get here at once, each finding the other: one
+	// reports. The claim names its half, so that half's redelivery (a crash
+	// before its report was stored) still reports.
+	if _, err := s.join.Create(ctx, key+".claim", []byte(stage)); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("reporter: claim the report of %s: %w", traceID, err)
+		}
+		c, err := s.join.Get(ctx, key+".claim")
+		if err != nil {
+			return nil, fmt.Errorf("reporter: read the claim on %s: %w", traceID, err)
+		}
+		if string(c.Value()) != stage {
+			return nil, nil // the other half reports
+		}
+	}
 	// The stored half was checked before it was stored; the explanation is
 	// decoded in full here, whichever half it is.
 	explained := m.Payload
@@ -225,14 +277,17 @@ func (p purgingPublisher) Publish(topic string, msgs ...*message.Message) error 
 		return err
 	}
 	for _, m := range msgs {
-		if rec, ok := p.s.records.LoadAndDelete(m.UUID); ok {
-			data := rec.(map[string]any)
-			ctx, cancel := context.WithTimeout(m.Context(), 10*time.Second)
-			err := p.s.ledger.AddWait(ctx, ledger.Entry{Kind: "audit", Data: data})
-			cancel()
-			if err != nil {
-				return fmt.Errorf("reporter: record the audit of %s: %w", data["trace_id"], err)
-			}
+		rec, ok := p.s.records.LoadAndDelete(m.UUID)
+		if !ok || !p.s.recorded.claim(m.UUID) {
+			continue
+		}
+		data := rec.(map[string]any)
+		ctx, cancel := context.WithTimeout(m.Context(), 10*time.Second)
+		err := p.s.ledger.AddWait(ctx, ledger.Entry{Kind: "audit", Data: data})
+		cancel()
+		if err != nil {
+			p.s.recorded.release(m.UUID)
+			return fmt.Errorf("reporter: record the audit of %s: %w", data["trace_id"], err)
 		}
 	}
 	for _, m := range msgs {
