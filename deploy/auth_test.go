@@ -83,6 +83,22 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	})
 	denied("delete the checkpoints", func(c context.Context) error { return svc.DeleteStream(c, ledger.CheckpointStream) })
 
+	// Nor answer the JetStream API in the server's place (forged reads).
+	errs := make(chan error, 1)
+	spy, err := nats.Connect(srv.ClientURL(), nats.UserInfo("troy", "service-secret"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	require.NoError(t, err)
+	defer spy.Close()
+	_, err = spy.Subscribe("$JS.API.DIRECT.GET.LEDGER.>", func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, spy.Flush())
+	select {
+	case err := <-errs:
+		assert.ErrorContains(t, err, "Permissions Violation for Subscription")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the service user may listen on the JetStream API")
+	}
+
 	entries, err := ledger.Read(ctx, svc, "run1")
 	require.NoError(t, err)
 	assert.Len(t, entries, 3, "the ledger is whole")

@@ -3,7 +3,9 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -36,19 +38,41 @@ func GenerateKey(name string) (signer, verifier string, err error) {
 // LoadSigner reads a private key (the note format) from a file, or from
 // the value itself when it starts with PRIVATE+KEY+.
 func LoadSigner(keyOrFile string) (note.Signer, error) {
+	s, _, err := LoadKeys(keyOrFile)
+	return s, err
+}
+
+// LoadKeys reads a private key like LoadSigner and also returns the
+// verifier of its public half (the checkpointer checks what it signed
+// before with it).
+func LoadKeys(keyOrFile string) (note.Signer, note.Verifier, error) {
 	key := strings.TrimSpace(keyOrFile)
 	if !strings.HasPrefix(key, "PRIVATE+KEY+") {
 		b, err := os.ReadFile(keyOrFile)
 		if err != nil {
-			return nil, fmt.Errorf("ledger key: %w", err)
+			return nil, nil, fmt.Errorf("ledger key: %w", err)
 		}
 		key = strings.TrimSpace(string(b))
 	}
 	s, err := note.NewSigner(key)
 	if err != nil {
-		return nil, fmt.Errorf("ledger key: %w (make one with troy ledger keygen)", err)
+		return nil, nil, fmt.Errorf("ledger key: %w (make one with troy ledger keygen)", err)
 	}
-	return s, nil
+	// PRIVATE+KEY+<name>+<hash>+<base64 of 0x01 and the Ed25519 seed>
+	parts := strings.SplitN(key, "+", 5) // the base64 may hold + too
+	raw, err := base64.StdEncoding.DecodeString(parts[len(parts)-1])
+	if err != nil || len(raw) != 1+ed25519.SeedSize {
+		return nil, nil, errors.New("ledger key: not an Ed25519 key (make one with troy ledger keygen)")
+	}
+	vkey, err := note.NewEd25519VerifierKey(s.Name(), ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey))
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger key: %w", err)
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger key: %w", err)
+	}
+	return s, v, nil
 }
 
 // LoadVerifier reads a public key (the note format) from a file or value.

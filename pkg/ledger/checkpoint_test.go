@@ -203,3 +203,55 @@ func TestCheckpointerSignsAsTheLogGrows(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// A restarted checkpointer goes on from the newest checkpoint its key
+// signed: it signs nothing for a log that has not grown, and nothing at
+// all for a log that no longer has the root it signed.
+func TestCheckpointerResumes(t *testing.T) {
+	srv, _ := bustest.Provisioned(t)
+	ctx := context.Background()
+	sk, _, err := ledger.GenerateKey("resume-log")
+	require.NoError(t, err)
+	signer, verifier, err := ledger.LoadKeys(sk)
+	require.NoError(t, err)
+	w, err := ledger.Open(ctx, srv.JS, "run-r", "runner")
+	require.NoError(t, err)
+	for i := range 6 {
+		_, _, err := w.Append(ctx, "iteration", map[string]any{"i": i})
+		require.NoError(t, err)
+	}
+	run := func(c *ledger.Checkpointer, until func() bool) {
+		t.Helper()
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(cctx) }()
+		require.Eventually(t, until, 10*time.Second, 10*time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
+	}
+	count := func() int {
+		cps, err := ledger.Checkpoints(ctx, srv.JS)
+		require.NoError(t, err)
+		return len(cps)
+	}
+	first := &ledger.Checkpointer{JS: srv.JS, Signer: signer, Verifier: verifier, Every: 1, Interval: 20 * time.Millisecond}
+	run(first, func() bool { return count() == 1 && first.Size() == 6 })
+
+	again := &ledger.Checkpointer{JS: srv.JS, Signer: signer, Verifier: verifier, Every: 1, Interval: 20 * time.Millisecond}
+	run(again, func() bool { return again.Size() == 6 })
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, 1, count(), "the log did not grow: nothing re-signed")
+
+	// A checkpoint of some other log, signed by the same key, is newest:
+	// the log does not have its root, so nothing more is signed.
+	other, err := ledger.Sign(signer, [][]byte{[]byte("a"), []byte("b"), []byte("c")})
+	require.NoError(t, err)
+	_, err = srv.JS.Publish(ctx, ledger.CheckpointSubject, other)
+	require.NoError(t, err)
+	_, _, err = w.Append(ctx, "iteration", map[string]any{"i": 6})
+	require.NoError(t, err)
+	wary := &ledger.Checkpointer{JS: srv.JS, Signer: signer, Verifier: verifier, Every: 1, Interval: 20 * time.Millisecond}
+	run(wary, func() bool { return wary.Fault() != nil })
+	assert.ErrorContains(t, wary.Fault(), "the first 3 entries no longer hash to the root this key signed for them")
+	assert.Equal(t, 2, count(), "a log that does not match what the key signed is not signed again")
+}

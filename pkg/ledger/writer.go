@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
 	"strconv"
@@ -134,17 +135,21 @@ func (w *Writer) Append(ctx context.Context, kind string, data map[string]any) (
 
 // Add appends one record and waits for it: what a Batcher's Add does, for
 // a caller that can wait (a one-shot CLI). A ledger that another writer
-// appended to meanwhile is read again and the record goes after.
+// appended to meanwhile is read again and the record goes after (a few
+// times, for CLI processes sharing a ledger).
 func (w *Writer) Add(kind string, data map[string]any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err := w.Append(ctx, kind, data)
-	if errors.Is(err, ErrFenced) {
-		if err = w.Resync(ctx); err == nil {
-			_, _, err = w.Append(ctx, kind, data)
+	for attempt := 1; ; attempt++ {
+		_, _, err := w.Append(ctx, kind, data)
+		if !errors.Is(err, ErrFenced) || attempt == 5 {
+			return err
+		}
+		time.Sleep(time.Duration(rand.N(20*attempt)) * time.Millisecond)
+		if err := w.Resync(ctx); err != nil {
+			return err
 		}
 	}
-	return err
 }
 
 // Entry is one record to append: what kind of decision, and its data.

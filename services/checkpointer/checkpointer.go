@@ -41,7 +41,7 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 	if cfg.Key == "" {
 		return s, nil
 	}
-	signer, err := ledger.LoadSigner(cfg.Key)
+	signer, verifier, err := ledger.LoadKeys(cfg.Key)
 	if err != nil {
 		return nil, fmt.Errorf("checkpointer: %w", err)
 	}
@@ -49,8 +49,17 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 		Help: "Entries covered by the newest checkpoint this process signed."})
 	signed := prometheus.NewCounter(prometheus.CounterOpts{Name: "troy_ledger_checkpoints_total",
 		Help: "Checkpoints this process signed."})
+	var cp *ledger.Checkpointer
+	stopped := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "troy_ledger_checkpointer_stopped",
+		Help: "1 when the checkpointer stopped signing: the ledger has a hole or no longer matches what its key signed (see the log)."},
+		func() float64 {
+			if cp != nil && cp.Fault() != nil {
+				return 1
+			}
+			return 0
+		})
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{size, signed} {
+		for _, c := range []prometheus.Collector{size, signed, stopped} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -59,8 +68,9 @@ func New(deps bus.Deps, cfg Config) (*Service, error) {
 			}
 		}
 	}
-	s.cp = &ledger.Checkpointer{JS: deps.JS, Signer: signer, Every: cfg.Every, Interval: cfg.Interval, Log: deps.Log,
+	cp = &ledger.Checkpointer{JS: deps.JS, Signer: signer, Verifier: verifier, Every: cfg.Every, Interval: cfg.Interval, Log: deps.Log,
 		Signed: func(n uint64) { size.Set(float64(n)); signed.Inc() }}
+	s.cp = cp
 	return s, nil
 }
 
