@@ -67,8 +67,28 @@ func OpenBatcher(ctx context.Context, js jetstream.JetStream, ledger, writer str
 	return b, nil
 }
 
-// Ledger is the id of the ledger written.
-func (b *Batcher) Ledger() string { return b.w.ledger }
+// Ledger is the id of the ledger written ("" for a nil Batcher: a
+// service with its ledger off).
+func (b *Batcher) Ledger() string {
+	if b == nil {
+		return ""
+	}
+	return b.w.ledger
+}
+
+// Shutdown is Close for a service stopping: it gives the queued records
+// 10 s however ctx ended, and does nothing for a nil Batcher.
+func (b *Batcher) Shutdown(ctx context.Context) error {
+	if b == nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := b.Close(cctx); err != nil {
+		return fmt.Errorf("decision ledger %s: %w", b.w.ledger, err)
+	}
+	return nil
+}
 
 // Add queues a record.
 func (b *Batcher) Add(kind string, data map[string]any) error {

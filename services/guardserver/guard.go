@@ -142,23 +142,11 @@ func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
 	err = sub.Drain()
 	running.Wait()
-	if s.ledger != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if lerr := s.ledger.Close(cctx); lerr != nil {
-			err = errors.Join(err, fmt.Errorf("guard: decision ledger: %w", lerr))
-		}
-	}
-	return err
+	return errors.Join(err, s.ledger.Shutdown(ctx))
 }
 
 // Ledger is the id of the ledger decisions are recorded in ("" when off).
-func (s *Service) Ledger() string {
-	if s.ledger == nil {
-		return ""
-	}
-	return s.ledger.Ledger()
-}
+func (s *Service) Ledger() string { return s.ledger.Ledger() }
 
 func (s *Service) handle(ctx context.Context, m *nats.Msg) {
 	start := time.Now()

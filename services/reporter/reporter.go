@@ -146,23 +146,11 @@ func New(ctx context.Context, deps bus.Deps, cfg Config) (*Service, error) {
 // redelivery.
 func (s *Service) Run(ctx context.Context) error {
 	err := bus.RunRouterStage(ctx, s.deps, Consumer, s.cfg.Workers, s.Handle, bus.WithPublisher(s.purgeAfter))
-	if s.ledger != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if lerr := s.ledger.Close(cctx); lerr != nil {
-			err = errors.Join(err, fmt.Errorf("reporter: decision ledger: %w", lerr))
-		}
-	}
-	return err
+	return errors.Join(err, s.ledger.Shutdown(ctx))
 }
 
 // Ledger is the id of the ledger audits are recorded in ("" when off).
-func (s *Service) Ledger() string {
-	if s.ledger == nil {
-		return ""
-	}
-	return s.ledger.Ledger()
-}
+func (s *Service) Ledger() string { return s.ledger.Ledger() }
 
 // metaJoin names, on the report message, the join key to purge once it is
 // stored.
