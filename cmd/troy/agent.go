@@ -206,7 +206,7 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		return codeError{agentUsage, err}
 	}
 	remote := g.natsURL != ""
-	cfg := stackConfig{client: g.client("troy-agent"), dataDir: g.dataDir}
+	cfg := stackConfig{client: g.client("troy-agent"), dataDir: g.dataDir, noProvision: g.noProvision}
 	if !remote {
 		cfg.targets = append(componentNames(kindStage), "streamer")
 	}
@@ -601,7 +601,7 @@ func withBus(cmd *cobra.Command, g *globalFlags, fn func(ctx context.Context, st
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := startStack(ctx, stackConfig{client: g.client("troy-agent"), dataDir: g.dataDir}, log, prometheus.NewRegistry())
+	st, err := startStack(ctx, stackConfig{client: g.client("troy-agent"), dataDir: g.dataDir, noProvision: g.noProvision}, log, prometheus.NewRegistry())
 	if err != nil {
 		return codeError{agentNotDone, err}
 	}

@@ -290,7 +290,7 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, total int,
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cfg := stackConfig{client: g.client("troy-audit"), dataDir: g.dataDir,
+	cfg := stackConfig{client: g.client("troy-audit"), dataDir: g.dataDir, noProvision: g.noProvision,
 		limits: trace.Limits{MaxBytes: f.maxTraceBytes, MaxSteps: f.maxSteps}}
 	if g.natsURL == "" || f.withServices {
 		cfg.targets = componentNames(kindStage)

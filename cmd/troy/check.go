@@ -118,7 +118,7 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 	fl.StringVar(&agentName, "agent", "", "the agent's name (agent.name in conditions)")
 	fl.StringVar(&session, "session", "", "with --nats-url: the session whose allowed actions are the history")
 	fl.DurationVar(&timeout, "timeout", 2*time.Second, "with --nats-url: block when the guard does not answer within this")
-	fl.StringVar(&ledgerURL, "ledger", "", "record the decision in the decision ledger of the NATS server at this URL (ledger check-<host>); a decision that cannot be recorded blocks")
+	fl.StringVar(&ledgerURL, "ledger", "", "record the decision in the decision ledger of the NATS server at this URL (ledger check.<host>); a decision that cannot be recorded blocks")
 	return cmd
 }
 
@@ -137,7 +137,7 @@ func recordChecks(ctx context.Context, g *globalFlags, url string, local *guard.
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	id := "check-" + strings.Map(func(r rune) rune {
+	id := "check." + strings.Map(func(r rune) rune {
 		if r <= ' ' || r == '.' || r == '*' || r == '>' {
 			return '-'
 		}

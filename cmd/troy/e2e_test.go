@@ -364,9 +364,9 @@ func TestServeThenAuditOverNATS(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Eventually(t, func() bool {
 		r = troy(t, dir, "ledger", "list", "--nats-url", natsURL)
-		return regexp.MustCompile(`(?m)^guard-\S+ +2$`).MatchString(r.stdout) && regexp.MustCompile(`(?m)^reporter-\S+ +8$`).MatchString(r.stdout)
+		return regexp.MustCompile(`(?m)^guard\.\S+ +2$`).MatchString(r.stdout) && regexp.MustCompile(`(?m)^reporter\.\S+ +8$`).MatchString(r.stdout)
 	}, 10*time.Second, 100*time.Millisecond, "the guard's two decisions are recorded, and every audit the reporter finished (8 traces): %s", r.stdout)
-	assert.Regexp(t, `(?m)^check-\S+ +1$`, r.stdout)
+	assert.Regexp(t, `(?m)^check\.\S+ +1$`, r.stdout)
 	// The checkpointer signs the whole log (11 entries) within its interval.
 	require.Eventually(t, func() bool {
 		r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "ledger.pub", "--nats-url", natsURL)

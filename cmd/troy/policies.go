@@ -219,7 +219,7 @@ func newPoliciesPushCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			st, err := startStack(cmd.Context(), stackConfig{client: g.client("troy-policies"), dataDir: g.dataDir}, log, prometheus.NewRegistry())
+			st, err := startStack(cmd.Context(), stackConfig{client: g.client("troy-policies"), dataDir: g.dataDir, noProvision: g.noProvision}, log, prometheus.NewRegistry())
 			if err != nil {
 				return codeError{exitError, err}
 			}

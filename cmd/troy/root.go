@@ -41,6 +41,9 @@ type globalFlags struct {
 	dataDir   string
 	logLevel  string
 	logFormat string
+	// noProvision: only check the topology is there (the user may not
+	// create streams; an operator runs troy provision)
+	noProvision bool
 }
 
 func (g *globalFlags) client(name string) bus.ClientConfig {
@@ -105,9 +108,11 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&g.tlsCert, "nats-tls-cert", os.Getenv("NATS_TLS_CERT"), "client certificate for NATS mTLS (env NATS_TLS_CERT)")
 	pf.StringVar(&g.tlsKey, "nats-tls-key", os.Getenv("NATS_TLS_KEY"), "client key for NATS mTLS (env NATS_TLS_KEY)")
 	pf.StringVar(&g.dataDir, "data-dir", envOr("TROY_DATA_DIR", ".troy/data"), "store of the embedded NATS server (env TROY_DATA_DIR)")
+	pf.BoolVar(&g.noProvision, "no-provision", os.Getenv("TROY_NO_PROVISION") == "1" || os.Getenv("TROY_NO_PROVISION") == "true",
+		"do not create or update streams, consumers and buckets, only check they are there (users without the right to; an operator runs troy provision; env TROY_NO_PROVISION=1)")
 	pf.StringVar(&g.logLevel, "log-level", os.Getenv("TROY_LOG_LEVEL"), "debug, info, warn or error (env TROY_LOG_LEVEL)")
 	pf.StringVar(&g.logFormat, "log-format", os.Getenv("TROY_LOG_FORMAT"), "console or json (default: console on a terminal, else json)")
-	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newTokensCmd(), newVersionCmd())
+	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newTokensCmd(), newProvisionCmd(g), newVersionCmd())
 	return root
 }
 

@@ -45,6 +45,7 @@ type stackConfig struct {
 	streamIdle   time.Duration
 	streamMember streamer.Member
 	ledger       bool // the guard and the reporter record their decisions in the ledger
+	noProvision  bool // check the topology instead of provisioning it
 	// the checkpointer's signing key (file or value) and cadence
 	ledgerKey          string
 	checkpointEvery    uint64
@@ -96,9 +97,14 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 	deps.Topology.Replicas = cfg.replicas
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := bus.Provision(pctx, s.js, deps.Topology); err != nil {
+	if cfg.noProvision && s.emb == nil {
+		if err := bus.CheckTopology(pctx, s.js, deps.Topology); err != nil {
+			s.closeConn()
+			return nil, err
+		}
+	} else if err := bus.Provision(pctx, s.js, deps.Topology); err != nil {
 		s.closeConn()
-		return nil, fmt.Errorf("%w (is JetStream enabled on the server?)", err)
+		return nil, fmt.Errorf("%w (is JetStream enabled on the server? a user without the right to provision runs with --no-provision after an operator's troy provision)", err)
 	}
 	if cfg.policy != nil {
 		// pushed before any service starts, so its id resolves everywhere

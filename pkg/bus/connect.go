@@ -2,6 +2,8 @@ package bus
 
 import (
 	"errors"
+	"net/url"
+	"strings"
 	"fmt"
 	"time"
 
@@ -63,10 +65,33 @@ func Options(cfg ClientConfig) []nats.Option {
 		name = "troy"
 	}
 	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout)}
+	if user := urlUser(cfg.URL); user != "" {
+		// replies come to this user's own inboxes, which its permissions
+		// let it read; other users' replies stay theirs
+		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(user)))
+	}
 	if cfg.Reconnect {
 		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	}
 	return opts
+}
+
+// InboxPrefix is where a user's replies come (deploy configs let each
+// user subscribe to its own).
+func InboxPrefix(user string) string { return "_INBOX_" + user }
+
+// urlUser is the user named in the first server URL, "" when none.
+func urlUser(urls string) string {
+	first, _, _ := strings.Cut(urls, ",")
+	u, err := url.Parse(strings.TrimSpace(first))
+	if err != nil || u.User == nil {
+		return ""
+	}
+	name := u.User.Username()
+	if name == "" || strings.ContainsAny(name, ".*> \t") {
+		return ""
+	}
+	return name
 }
 
 // JetStream returns the JetStream API of a connection.

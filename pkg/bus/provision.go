@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,6 +69,32 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 		}); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", b.Name, err)
 		}
+	}
+	return nil
+}
+
+// CheckTopology confirms, with read-only calls, that every stream, durable
+// consumer and bucket of the topology is there: what a process whose user
+// may not provision (troy provision is an operator's) does at start.
+func CheckTopology(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topology) error {
+	var missing []string
+	for _, s := range topo.Streams {
+		if _, err := js.Stream(ctx, s.Name); err != nil {
+			missing = append(missing, "stream "+s.Name+" ("+err.Error()+")")
+		}
+	}
+	for _, c := range topo.Durables() {
+		if _, err := js.Consumer(ctx, c.Stream, c.Name); err != nil {
+			missing = append(missing, "consumer "+c.Stream+"/"+c.Name+" ("+err.Error()+")")
+		}
+	}
+	for _, b := range topo.Buckets {
+		if _, err := js.KeyValue(ctx, b.Name); err != nil {
+			missing = append(missing, "bucket "+b.Name+" ("+err.Error()+")")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the topology is not in place: %s; an operator runs troy provision", strings.Join(missing, "; "))
 	}
 	return nil
 }

@@ -41,8 +41,9 @@ func ValidID(id string) error {
 }
 
 // InstanceID names the ledger of one process of a service that decides
-// many things (the guard, the reporter): prefix, host, and a random part,
-// so each process is the one writer of its own ledger.
+// many things (the guard, the reporter): prefix, then host and a random
+// part, so each process is the one writer of its own ledger, and a NATS
+// permission on troy.ledger.<prefix>.> covers that service's ledgers.
 func InstanceID(prefix string) string {
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {
@@ -54,7 +55,7 @@ func InstanceID(prefix string) string {
 	if host == "" {
 		host = "host"
 	}
-	return prefix + "-" + host + "-" + nuid.Next()[16:]
+	return prefix + "." + host + "-" + nuid.Next()[16:]
 }
 
 // ErrFenced is returned to a writer whose ledger was appended to by

@@ -1,0 +1,193 @@
+// Package natsauth says who may do what on troy's NATS server: one user
+// per service, with the subjects its work needs and nothing else, client
+// roles (submitting audits, SIEMs reading findings, asking the guard) and
+// an operator. Config renders them as a nats-server authorization block.
+//
+// What each service needs follows its consumers, its outputs and its
+// buckets in pipelines/topology.yaml; services run with --no-provision, an
+// operator runs troy provision.
+package natsauth
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/bus"
+)
+
+// Operator may do everything.
+const Operator = "operator"
+
+// Client roles.
+const (
+	Audit       = "audit"        // submits traces and waits for their reports (troy audit, audit-batch)
+	SIEM        = "siem"         // reads findings (troy violations tail, a SIEM's own consumer)
+	GuardClient = "guard-client" // asks the guard (troy check --nats-url, the SDK)
+)
+
+// User is one user and its permissions.
+type User struct {
+	Name      string
+	Publish   []string
+	Subscribe []string
+	Deny      []string // publishes refused even where Publish would allow
+	// Responses lets it answer requests sent to it (the guard, cancels).
+	Responses bool
+	All       bool // the operator: no restriction
+}
+
+// Users lists every user: each component of troy serve, the client roles
+// and the operator.
+func Users(topo *pipelines.Topology) []User {
+	var users []User
+	add := func(name string, u User) {
+		u.Name = name
+		u.Subscribe = append(u.Subscribe, bus.InboxPrefix(name)+".>")
+		u.Publish = append(u.Publish, "$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.INFO.>")
+		// the policy store every troy serve watches, and the bucket, stream
+		// and approvals its HTTP API opens
+		u.Publish = append(u.Publish, kvRead("troy_policies", true)...)
+		u.Deny = append(u.Deny, sealed...)
+		slices.Sort(u.Publish)
+		u.Publish = slices.Compact(u.Publish)
+		users = append(users, u)
+	}
+	consumer := func(c pipelines.Consumer) []string {
+		return []string{"$JS.API.CONSUMER.MSG.NEXT." + c.Stream + "." + c.Name, "$JS.ACK." + c.Stream + "." + c.Name + ".>"}
+	}
+	durable := func(name string) []string {
+		var out []string
+		for _, c := range topo.Durables() {
+			if c.Name == name || strings.HasPrefix(c.Name, name+"-") { // streamer-0…7
+				out = append(out, consumer(c)...)
+			}
+		}
+		return out
+	}
+	stage := func(name string, outputs ...string) User {
+		p := durable(name)
+		for _, o := range outputs {
+			p = append(p, "troy."+o+".>")
+		}
+		return User{Publish: append(p, "troy.dlq."+name+".>")}
+	}
+	join := func(u User, more ...[]string) User {
+		for _, m := range more {
+			u.Publish = append(u.Publish, m...)
+		}
+		return u
+	}
+	policyWrite := []string{"$KV.troy_policies.>"} // serve --policy pushes its policy at start
+	ingestHTTP := append([]string{"troy.ingest.>", "$JS.API.DIRECT.GET.TROY_STEPS.>", "$JS.API.STREAM.MSG.GET.TROY_STEPS"}, kvWrite("troy_streams")...)
+
+	add("ingest", join(stage("ingest", "trace", "rejected"), ingestHTTP))
+	add("graph", stage("graph", "graph"))
+	add("evaluator", join(stage("evaluator", "eval", "violations"), policyWrite))
+	add("explainer", join(stage("explainer", "explain"), kvWrite("troy_explanations")))
+	add("scorer", stage("scorer", "score"))
+	add("reporter", join(stage("reporter", "report"), kvWrite("troy_join"), []string{"$JS.API.STREAM.PURGE.KV_troy_join"}, ledgerWriter("reporter.>")))
+	add("streamer", join(stage("streamer", "ingest", "violations"), ingestHTTP, policyWrite, orderedConsumer("TROY_STEPS"),
+		[]string{"$JS.API.STREAM.PURGE.TROY_STEPS"}))
+	add("guard", User{Subscribe: []string{"troy.guard.check"}, Responses: true,
+		Publish: slices.Concat(kvWrite("troy_sessions"), policyWrite, ledgerWriter("guard.>"))})
+	add("checkpointer", User{Publish: slices.Concat(orderedConsumer("LEDGER"), []string{"troy.checkpoints.ledger",
+		"$JS.API.DIRECT.GET.LEDGER_CHECKPOINTS.>", "$JS.API.STREAM.MSG.GET.LEDGER_CHECKPOINTS"})})
+	runner := join(stage("agent-runner", "agent.events", "agent.result", "agent.approvals", "ingest"),
+		kvWrite("troy_agent_sessions"), kvWrite("troy_agent_spend"), kvWrite("troy_agent_approvals"), kvRead("troy_agent_approvals", true),
+		kvWrite("troy_streams"), policyWrite, ledgerWriter("*")) // a run's ledger is its id, one token
+	runner.Subscribe, runner.Responses = []string{"troy.agent.cancel.>"}, true
+	add("agent-runner", runner)
+	for _, f := range []string{"splunk", "syslog"} {
+		add(f, User{Publish: durable(f)})
+	}
+
+	// client roles
+	add(Audit, User{Publish: slices.Concat([]string{"troy.ingest.>", "$KV.troy_policies.v.>", "$JS.API.STREAM.PURGE.TROY_OUTCOMES"},
+		orderedConsumer("TROY_OUTCOMES"), orderedConsumer("TROY_DLQ"))})
+	add(SIEM, User{Publish: orderedConsumer("TROY_VIOLATIONS")})
+	add(GuardClient, User{Publish: slices.Concat([]string{"troy.guard.check"}, ledgerWriter("check.>"))})
+	users = append(users, User{Name: Operator, All: true})
+	return users
+}
+
+// sealed are the API calls that would rewrite the ledger: nobody but the
+// operator makes them.
+var sealed = func() []string {
+	var out []string
+	for _, s := range []string{"LEDGER", "LEDGER_CHECKPOINTS"} {
+		for _, op := range []string{"UPDATE", "DELETE", "PURGE", "MSG.DELETE"} {
+			out = append(out, "$JS.API.STREAM."+op+"."+s)
+		}
+	}
+	return out
+}()
+
+// kvRead reads a bucket (gets; with watch, watches and key lists).
+func kvRead(bucket string, watch bool) []string {
+	out := []string{"$JS.API.DIRECT.GET.KV_" + bucket + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bucket}
+	if watch {
+		out = append(out, "$JS.API.CONSUMER.CREATE.KV_"+bucket+".>", "$JS.API.CONSUMER.DELETE.KV_"+bucket+".>", "$JS.FC.KV_"+bucket+".>")
+	}
+	return out
+}
+
+// kvWrite reads and writes a bucket's keys.
+func kvWrite(bucket string) []string {
+	return append(kvRead(bucket, false), "$KV."+bucket+".>")
+}
+
+// orderedConsumer reads a stream through ordered consumers (their names
+// are random, so the grant is the stream's).
+func orderedConsumer(stream string) []string {
+	return []string{"$JS.API.CONSUMER.CREATE." + stream + ".>", "$JS.API.CONSUMER.MSG.NEXT." + stream + ".>", "$JS.API.CONSUMER.DELETE." + stream + ".>"}
+}
+
+// ledgerWriter appends to the ledgers whose ids match (and reads them back
+// through the leader).
+func ledgerWriter(ids string) []string {
+	return []string{"troy.ledger." + ids, "$JS.API.STREAM.MSG.GET.LEDGER", "$JS.API.DIRECT.GET.LEDGER.>"}
+}
+
+// Config renders users as a nats-server authorization block; passwords
+// holds each user's password, stored as a bcrypt hash.
+func Config(users []User, passwords map[string]string) (string, error) {
+	var b strings.Builder
+	b.WriteString("# troy's NATS users (troy nats-config): one a service, client roles, an operator.\n# Passwords are bcrypt hashes; the passwords themselves were printed once.\nauthorization {\n  users = [\n")
+	for _, u := range users {
+		pw, ok := passwords[u.Name]
+		if !ok {
+			return "", fmt.Errorf("no password for user %s", u.Name)
+		}
+		hash, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "    {\n      user: %q\n      password: %q\n", u.Name, string(hash))
+		if !u.All {
+			fmt.Fprintf(&b, "      permissions: {\n        publish: { allow: %s, deny: %s }\n        subscribe: { allow: %s }\n",
+				list(u.Publish), list(u.Deny), list(u.Subscribe))
+			if u.Responses {
+				b.WriteString("        allow_responses: true\n")
+			}
+			b.WriteString("      }\n")
+		}
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String(), nil
+}
+
+func list(subjects []string) string {
+	if len(subjects) == 0 {
+		return "[]"
+	}
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
