@@ -51,4 +51,3 @@ func newProvisionCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().IntVar(&replicas, "replicas", envInt("TROY_REPLICAS", 0), "replicas of every stream and bucket (3 on a 3-node cluster); default: keep what exists, 1 for new")
 	return cmd
 }
-

@@ -2,9 +2,9 @@ package bus
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
