@@ -137,7 +137,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 					st.fail(fmt.Errorf("http: %w", err))
 				}
 			}()
-			natsWhere := g.natsURL
+			natsWhere := bus.RedactURL(g.natsURL)
 			if st.emb != nil {
 				natsWhere = st.emb.ClientURL() + " (embedded, store " + g.dataDir + ")"
 			}

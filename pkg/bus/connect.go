@@ -48,7 +48,7 @@ func Connect(cfg ClientConfig) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? check --nats-url / NATS_URL)", cfg.URL, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? check --nats-url / NATS_URL)", RedactURL(cfg.URL), err)
 	}
 	return nc, nil
 }
@@ -74,6 +74,18 @@ func Options(cfg ClientConfig) []nats.Option {
 		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	}
 	return opts
+}
+
+// RedactURL is a server list fit for logs and errors: passwords replaced
+// by xxxxx.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // InboxPrefix is where a user's replies come (deploy configs let each

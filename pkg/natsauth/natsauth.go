@@ -156,7 +156,7 @@ func ledgerWriter(ids string) []string {
 // holds each user's password, stored as a bcrypt hash.
 func Config(users []User, passwords map[string]string) (string, error) {
 	var b strings.Builder
-	b.WriteString("# troy's NATS users (troy nats-config): one a service, client roles, an operator.\n# Passwords are bcrypt hashes; the passwords themselves were printed once.\nauthorization {\n  users = [\n")
+	b.WriteString("# troy's NATS users (troy nats-config): one a service, client roles, an operator.\n# Passwords are bcrypt hashes; the passwords are in the credentials file written beside this one.\nauthorization {\n  users = [\n")
 	for _, u := range users {
 		pw, ok := passwords[u.Name]
 		if !ok {

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// natsWithUsers runs nats-server with the users troy nats-config wrote and
+// returns a URL maker: url("evaluator") is that user's nats://user:pw@….
+func natsWithUsers(t *testing.T, dir string) (url func(user string) string, anon string) {
+	t.Helper()
+	r := troy(t, dir, "nats-config", "--out", "nats")
+	require.Equal(t, 0, r.code, r.stderr)
+	conf := filepath.Join(dir, "nats", "server.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\nmax_payload: 16MB\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude ./auth.conf\n"), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	creds, err := os.ReadFile(filepath.Join(dir, "nats", "credentials"))
+	require.NoError(t, err)
+	pw := map[string]string{}
+	for _, l := range strings.Split(string(creds), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && !strings.HasPrefix(l, "#") {
+			pw[f[0]] = f[1]
+		}
+	}
+	host := strings.TrimPrefix(srv.ClientURL(), "nats://")
+	return func(user string) string {
+		require.Contains(t, pw, user)
+		return fmt.Sprintf("nats://%s:%s@%s", user, pw[user], host)
+	}, srv.ClientURL()
+}
+
+// refused publishes as user and reports whether the server refused it.
+func refused(t *testing.T, url, subject string) bool {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc, err := nats.Connect(url, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.Publish(subject, []byte("{}")))
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-errs:
+		return strings.Contains(err.Error(), "Permissions Violation")
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// Every service under its own NATS user (troy nats-config), provisioned by
+// the operator: an audit runs end to end, the guard answers, and each user
+// is refused what is not its own — the attacks an anonymous client could
+// make before.
+func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
+	traces, policy := examples(t)
+	dir := t.TempDir()
+	url, anon := natsWithUsers(t, dir)
+
+	_, err := nats.Connect(anon)
+	require.Error(t, err, "no anonymous client")
+	r := troy(t, dir, "provision", "--nats-url", url("operator"))
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, target := range []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "guard"} {
+		extra := []string{"--no-provision"}
+		if target == "evaluator" || target == "guard" { // the services that push serve's --policy
+			extra = append(extra, "--policy", policy)
+		}
+		cmd, _ := serveTarget(t, dir, url(target), target, extra...)
+		assert.NotContains(t, strings.Join(cmd.Args, " "), "xxxxx")
+	}
+	r = troy(t, dir, "audit-batch", traces, policy, "--out-dir", "out", "--nats-url", url("audit"), "--no-provision", "--timeout", "60s")
+	require.Equal(t, 0, r.code, r.stderr)
+	reports, err := filepath.Glob(filepath.Join(dir, "out", "*", "audit.json"))
+	require.NoError(t, err)
+	assert.Len(t, reports, 6, "every example trace audited by services under their own users")
+
+	r = troy(t, dir, "check", policy, "-a", "docs_search", "--nats-url", url("guard-client"))
+	assert.Equal(t, 0, r.code, r.stdout+r.stderr)
+
+	// what an anonymous client could do before, each refused now
+	r = troy(t, dir, "policies", "push", policy, "--nats-url", url("audit"), "--no-provision")
+	assert.NotEqual(t, 0, r.code, "an audit client cannot replace a policy")
+	assert.Contains(t, strings.ToLower(r.stderr), "permissions violation", r.stderr)
+	assert.True(t, refused(t, url("audit"), "troy.graph.live"), "nor publish past ingest's validation")
+	assert.True(t, refused(t, url("audit"), "$JS.API.STREAM.PURGE.TROY_DLQ"), "nor purge the dead letters")
+	assert.True(t, refused(t, url("evaluator"), "troy.report.live"), "a stage publishes its own outputs only")
+	assert.True(t, refused(t, url("siem"), "troy.ingest.live"), "a SIEM only reads")
+	assert.True(t, refused(t, url("guard"), "$JS.API.STREAM.DELETE.LEDGER"), "nobody but the operator rewrites the ledger")
+	assert.False(t, refused(t, url("ingest"), "troy.trace.live"), "and each may do its own work")
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/natsauth"
+)
+
+func newNATSConfigCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "nats-config --out DIR",
+		Short: "Write NATS users for troy: one a service, client roles (audit, siem, guard-client), an operator",
+		Long: `Write DIR/auth.conf, a nats-server authorization block (include it in the
+server's config, or give it to troy serve --nats-auth), and DIR/credentials,
+each user's password (0600; the only copy: auth.conf keeps bcrypt hashes).
+
+Each service's user may read its own consumer, publish its own outputs and use
+its own buckets, nothing else; services then run with --no-provision, and the
+operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return codeError{exitError, fmt.Errorf("give --out DIR")}
+			}
+			topo, err := pipelines.Load()
+			if err != nil {
+				return err
+			}
+			users := natsauth.Users(topo)
+			passwords := map[string]string{}
+			var creds strings.Builder
+			creds.WriteString("# troy's NATS users and their passwords (troy nats-config). Keep this file secret.\n")
+			for _, u := range users {
+				raw := make([]byte, 24)
+				if _, err := rand.Read(raw); err != nil {
+					return err
+				}
+				passwords[u.Name] = base64.RawURLEncoding.EncodeToString(raw)
+				fmt.Fprintf(&creds, "%s %s\n", u.Name, passwords[u.Name])
+			}
+			conf, err := natsauth.Config(users, passwords)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o700); err != nil {
+				return codeError{exitError, err}
+			}
+			for name, body := range map[string]string{"auth.conf": conf, "credentials": creds.String()} {
+				if err := os.WriteFile(filepath.Join(out, name), []byte(body), 0o600); err != nil {
+					return codeError{exitError, err}
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d users to %s and their passwords to %s\n", len(users),
+				filepath.Join(out, "auth.conf"), filepath.Join(out, "credentials"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "the folder to write auth.conf and credentials to")
+	return cmd
+}
