@@ -17,11 +17,13 @@ import (
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/ledger"
+	"github.com/troy-audit/troy/pkg/natsauth"
 )
 
-// A NATS server run with deploy/nats/auth.conf: troy's services provision
-// and append to the ledger as user troy, and cannot delete, purge or
-// reconfigure it, nor delete a record; an operator can.
+// A NATS server run with deploy/nats/auth.conf: troy's services append to
+// the ledger under their own users and cannot delete, purge or reconfigure
+// it, nor delete a record, nor answer the JetStream API; the operator
+// provisions and may reconfigure.
 func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	dir := t.TempDir()
 	auth, err := os.ReadFile("nats/auth.conf")
@@ -29,8 +31,11 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o600))
 	conf := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude ./auth.conf\n"), 0o600))
-	t.Setenv("TROY_NATS_PASSWORD", "service-secret")
-	t.Setenv("TROY_NATS_ADMIN_PASSWORD", "operator-secret")
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+	for _, u := range natsauth.Users(topo) {
+		t.Setenv(natsauth.EnvName(u.Name), u.Name+"-secret")
+	}
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)
 	opts.NoSigs, opts.NoLog = true, true
@@ -41,7 +46,7 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	require.True(t, srv.ReadyForConnections(10*time.Second))
 
 	connect := func(user, password string) jetstream.JetStream {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password))
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)))
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
 		js, err := bus.JetStream(nc)
@@ -52,11 +57,10 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	require.Error(t, err, "no anonymous access")
 
 	ctx := context.Background()
-	svc := connect("troy", "service-secret")
-	topo, err := pipelines.Load()
-	require.NoError(t, err)
-	require.NoError(t, bus.Provision(ctx, svc, topo), "services create the streams")
-	require.NoError(t, bus.Provision(ctx, svc, topo), "and provision again at every start, changing nothing")
+	operator := connect("operator", "operator-secret")
+	require.NoError(t, bus.Provision(ctx, operator, topo), "the operator provisions")
+	svc := connect("agent-runner", "agent-runner-secret")
+	require.NoError(t, bus.CheckTopology(ctx, svc, topo), "a service checks it is there")
 	w, err := ledger.Open(ctx, svc, "run1", "runner")
 	require.NoError(t, err)
 	for i := range 3 {
@@ -85,7 +89,7 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 
 	// Nor answer the JetStream API in the server's place (forged reads).
 	errs := make(chan error, 1)
-	spy, err := nats.Connect(srv.ClientURL(), nats.UserInfo("troy", "service-secret"),
+	spy, err := nats.Connect(srv.ClientURL(), nats.UserInfo("reporter", "reporter-secret"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 	require.NoError(t, err)
 	defer spy.Close()
@@ -95,6 +99,7 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	select {
 	case err := <-errs:
 		assert.ErrorContains(t, err, "Permissions Violation for Subscription")
+		assert.NotContains(t, err.Error(), "secret")
 	case <-time.After(5 * time.Second):
 		t.Fatal("the service user may listen on the JetStream API")
 	}
@@ -105,9 +110,8 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	_, err = ledger.Verify("run1", entries)
 	require.NoError(t, err)
 
-	admin := connect("admin", "operator-secret")
 	cfg := stream.CachedInfo().Config
 	cfg.Description += " (changed by an operator)"
-	_, err = admin.UpdateStream(ctx, cfg)
+	_, err = operator.UpdateStream(ctx, cfg)
 	assert.NoError(t, err, "configuration is the operators'")
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/natsauth"
 	"sigs.k8s.io/yaml"
 )
 
@@ -17,7 +20,8 @@ func TestDockerComposeMatchesTheRegistry(t *testing.T) {
 	require.NoError(t, err)
 	var doc struct {
 		Services map[string]struct {
-			Command []string `json:"command"`
+			Command     []string          `json:"command"`
+			Environment map[string]string `json:"environment"`
 		} `json:"services"`
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &doc))
@@ -31,10 +35,25 @@ func TestDockerComposeMatchesTheRegistry(t *testing.T) {
 		_, ok := lookupComponent(target)
 		assert.True(t, ok, "compose service %s runs unknown target %q", name, target)
 		composed = append(composed, target)
+		assert.True(t, strings.HasPrefix(svc.Environment["NATS_URL"], "nats://"+target+":"), "compose service %s connects as its own NATS user: %s", name, svc.Environment["NATS_URL"])
+		assert.Equal(t, "1", svc.Environment["TROY_NO_PROVISION"], "compose service %s leaves provisioning to the operator", name)
 	}
 	for _, c := range components {
 		assert.Contains(t, composed, c.name, "component %s has no compose service", c.name)
 	}
+	assert.True(t, strings.HasPrefix(doc.Services["provision"].Environment["NATS_URL"], "nats://operator:"), "the operator provisions")
+}
+
+// deploy/nats/auth.conf is troy nats-config --from-env's output for the
+// topology as it is (regenerate: troy nats-config --from-env --out deploy/nats).
+func TestDeployNATSUsersAreCurrent(t *testing.T) {
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+	want, err := natsauth.Config(natsauth.Users(topo), natsauth.FromEnv)
+	require.NoError(t, err)
+	got, err := os.ReadFile("../../deploy/nats/auth.conf")
+	require.NoError(t, err)
+	assert.Equal(t, want, string(got), "regenerate with: troy nats-config --from-env --out deploy/nats (and delete the credentials it writes there)")
 }
 
 func TestParseTargets(t *testing.T) {

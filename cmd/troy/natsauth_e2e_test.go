@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,13 +76,23 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 	require.Error(t, err, "no anonymous client")
 	r := troy(t, dir, "provision", "--nats-url", url("operator"))
 	require.Equal(t, 0, r.code, r.stderr)
-	for _, target := range []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "guard"} {
+	r = troy(t, dir, "ledger", "keygen", "--name", "nats-e2e", "-o", "ledger.key")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ledger.pub"), []byte(r.stdout), 0o644))
+	httpOf := map[string]string{}
+	for _, target := range []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "guard", "streamer", "checkpointer", "agent-runner"} {
 		extra := []string{"--no-provision"}
-		if target == "evaluator" || target == "guard" { // the services that push serve's --policy
+		switch target {
+		case "ingest", "evaluator", "guard", "streamer": // the services that push serve's --policy
 			extra = append(extra, "--policy", policy)
+		case "checkpointer":
+			extra = append(extra, "--ledger-key", "ledger.key", "--checkpoint-interval", "100ms")
 		}
-		cmd, _ := serveTarget(t, dir, url(target), target, extra...)
-		assert.NotContains(t, strings.Join(cmd.Args, " "), "xxxxx")
+		_, httpOf[target] = serveTarget(t, dir, url(target), target, extra...)
+	}
+	for target, h := range httpOf {
+		_, code := get(t, h+"/readyz")
+		assert.Equal(t, 200, code, "%s is ready under its own user", target)
 	}
 	r = troy(t, dir, "audit-batch", traces, policy, "--out-dir", "out", "--nats-url", url("audit"), "--no-provision", "--timeout", "60s")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -91,6 +102,28 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 
 	r = troy(t, dir, "check", policy, "-a", "docs_search", "--nats-url", url("guard-client"))
 	assert.Equal(t, 0, r.code, r.stdout+r.stderr)
+
+	// A live trace streamed to ingest's HTTP API, audited by the streamer;
+	// its finding read by the SIEM user.
+	for _, body := range []string{
+		`{"step_id": "1", "type": "tool_call", "name": "crm", "metadata": {"data_classification": "pii"}}`,
+		`{"step_id": "2", "type": "tool_call", "name": "http_post", "metadata": {"network_zone": "external"}}`,
+	} {
+		resp, err := http.Post(httpOf["ingest"]+"/v1/traces/live-1/steps?agent=bot", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	}
+	r = troy(t, dir, "violations", "tail", "--nats-url", url("siem"), "--since", "1h", "--rule", "external-call-after-pii", "--limit", "2", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "live-1", "the streamed trace's finding")
+
+	// Every ledger (the reporter's, the guard's) verifies against the
+	// checkpointer's checkpoints, read by the operator.
+	require.Eventually(t, func() bool {
+		r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "ledger.pub", "--nats-url", url("operator"), "--no-provision")
+		return r.code == 0 && strings.Contains(r.stdout, "log: ok")
+	}, 20*time.Second, 200*time.Millisecond, "%s %s", r.stdout, r.stderr)
 
 	// what an anonymous client could do before, each refused now
 	r = troy(t, dir, "policies", "push", policy, "--nats-url", url("audit"), "--no-provision")

@@ -16,12 +16,16 @@ import (
 
 func newNATSConfigCmd() *cobra.Command {
 	var out string
+	var fromEnv bool
 	cmd := &cobra.Command{
 		Use:   "nats-config --out DIR",
 		Short: "Write NATS users for troy: one a service, client roles (audit, siem, guard-client), an operator",
 		Long: `Write DIR/auth.conf, a nats-server authorization block (include it in the
-server's config, or give it to troy serve --nats-auth), and DIR/credentials,
-each user's password (0600; the only copy: auth.conf keeps bcrypt hashes).
+server's config, or give it to troy serve --nats-auth), DIR/credentials, each
+user's password (0600; auth.conf keeps bcrypt hashes), and DIR/compose.env, the
+same as TROY_NATS_PW_<USER>=… for docker compose --env-file. With --from-env,
+auth.conf reads every password from the server's environment instead (what
+deploy/nats/auth.conf is).
 
 Each service's user may read its own consumer, publish its own outputs and use
 its own buckets, nothing else; services then run with --no-provision, and the
@@ -37,8 +41,9 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 			}
 			users := natsauth.Users(topo)
 			passwords := map[string]string{}
-			var creds strings.Builder
+			var creds, env strings.Builder
 			creds.WriteString("# troy's NATS users and their passwords (troy nats-config). Keep this file secret.\n")
+			env.WriteString("# troy's NATS passwords for docker compose --env-file (troy nats-config). Keep this file secret.\n")
 			for _, u := range users {
 				raw := make([]byte, 24)
 				if _, err := rand.Read(raw); err != nil {
@@ -46,15 +51,20 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 				}
 				passwords[u.Name] = base64.RawURLEncoding.EncodeToString(raw)
 				fmt.Fprintf(&creds, "%s %s\n", u.Name, passwords[u.Name])
+				fmt.Fprintf(&env, "%s=%s\n", natsauth.EnvName(u.Name), passwords[u.Name])
 			}
-			conf, err := natsauth.Config(users, passwords)
+			pw := natsauth.Hashed(passwords)
+			if fromEnv {
+				pw = natsauth.FromEnv
+			}
+			conf, err := natsauth.Config(users, pw)
 			if err != nil {
 				return err
 			}
 			if err := os.MkdirAll(out, 0o700); err != nil {
 				return codeError{exitError, err}
 			}
-			for name, body := range map[string]string{"auth.conf": conf, "credentials": creds.String()} {
+			for name, body := range map[string]string{"auth.conf": conf, "credentials": creds.String(), "compose.env": env.String()} {
 				if err := os.WriteFile(filepath.Join(out, name), []byte(body), 0o600); err != nil {
 					return codeError{exitError, err}
 				}
@@ -64,6 +74,7 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&out, "out", "", "the folder to write auth.conf and credentials to")
+	cmd.Flags().StringVar(&out, "out", "", "the folder to write auth.conf, credentials and compose.env to")
+	cmd.Flags().BoolVar(&fromEnv, "from-env", false, "auth.conf reads the passwords from the server's environment (TROY_NATS_PW_<USER>) instead of holding hashes")
 	return cmd
 }

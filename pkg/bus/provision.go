@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,24 +76,23 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 // consumer and bucket of the topology is there: what a process whose user
 // may not provision (troy provision is an operator's) does at start.
 func CheckTopology(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topology) error {
-	var missing []string
+	missing := func(what string, err error) error {
+		return fmt.Errorf("the topology is not in place: %s: %w (an operator runs troy provision; a request that times out may be one this user is not allowed)", what, err)
+	}
 	for _, s := range topo.Streams {
 		if _, err := js.Stream(ctx, s.Name); err != nil {
-			missing = append(missing, "stream "+s.Name+" ("+err.Error()+")")
+			return missing("stream "+s.Name, err)
 		}
 	}
 	for _, c := range topo.Durables() {
 		if _, err := js.Consumer(ctx, c.Stream, c.Name); err != nil {
-			missing = append(missing, "consumer "+c.Stream+"/"+c.Name+" ("+err.Error()+")")
+			return missing("consumer "+c.Stream+"/"+c.Name, err)
 		}
 	}
 	for _, b := range topo.Buckets {
 		if _, err := js.KeyValue(ctx, b.Name); err != nil {
-			missing = append(missing, "bucket "+b.Name+" ("+err.Error()+")")
+			return missing("bucket "+b.Name, err)
 		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("the topology is not in place: %s; an operator runs troy provision", strings.Join(missing, "; "))
 	}
 	return nil
 }

@@ -82,9 +82,9 @@ func Users(topo *pipelines.Topology) []User {
 		return u
 	}
 	policyWrite := []string{"$KV.troy_policies.>"} // serve --policy pushes its policy at start
-	ingestHTTP := append([]string{"troy.ingest.>", "$JS.API.DIRECT.GET.TROY_STEPS.>", "$JS.API.STREAM.MSG.GET.TROY_STEPS"}, kvWrite("troy_streams")...)
+	ingestHTTP := slices.Concat([]string{"troy.ingest.>"}, streamRead("TROY_STEPS"), kvWrite("troy_streams"))
 
-	add("ingest", join(stage("ingest", "trace", "rejected"), ingestHTTP))
+	add("ingest", join(stage("ingest", "trace", "rejected"), ingestHTTP, policyWrite)) // streams over HTTP with serve's --policy
 	add("graph", stage("graph", "graph"))
 	add("evaluator", join(stage("evaluator", "eval", "violations"), policyWrite))
 	add("explainer", join(stage("explainer", "explain"), kvWrite("troy_explanations")))
@@ -94,8 +94,7 @@ func Users(topo *pipelines.Topology) []User {
 		[]string{"$JS.API.STREAM.PURGE.TROY_STEPS"}))
 	add("guard", User{Subscribe: []string{"troy.guard.check"}, Responses: true,
 		Publish: slices.Concat(kvWrite("troy_sessions"), policyWrite, ledgerWriter("guard.>"))})
-	add("checkpointer", User{Publish: slices.Concat(orderedConsumer("LEDGER"), []string{"troy.checkpoints.ledger",
-		"$JS.API.DIRECT.GET.LEDGER_CHECKPOINTS.>", "$JS.API.STREAM.MSG.GET.LEDGER_CHECKPOINTS"})})
+	add("checkpointer", User{Publish: slices.Concat(orderedConsumer("LEDGER"), []string{"troy.checkpoints.ledger"}, streamRead("LEDGER_CHECKPOINTS"))})
 	runner := join(stage("agent-runner", "agent.events", "agent.result", "agent.approvals", "ingest"),
 		kvWrite("troy_agent_sessions"), kvWrite("troy_agent_spend"), kvWrite("troy_agent_approvals"), kvRead("troy_agent_approvals", true),
 		kvWrite("troy_streams"), policyWrite, ledgerWriter("*")) // a run's ledger is its id, one token
@@ -126,9 +125,15 @@ var sealed = func() []string {
 	return out
 }()
 
+// streamRead gets single messages from a stream: direct gets (by sequence,
+// or last by subject) and the leader's.
+func streamRead(stream string) []string {
+	return []string{"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>", "$JS.API.STREAM.MSG.GET." + stream}
+}
+
 // kvRead reads a bucket (gets; with watch, watches and key lists).
 func kvRead(bucket string, watch bool) []string {
-	out := []string{"$JS.API.DIRECT.GET.KV_" + bucket + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bucket}
+	out := streamRead("KV_" + bucket)
 	if watch {
 		out = append(out, "$JS.API.CONSUMER.CREATE.KV_"+bucket+".>", "$JS.API.CONSUMER.DELETE.KV_"+bucket+".>", "$JS.FC.KV_"+bucket+".>")
 	}
@@ -149,24 +154,44 @@ func orderedConsumer(stream string) []string {
 // ledgerWriter appends to the ledgers whose ids match (and reads them back
 // through the leader).
 func ledgerWriter(ids string) []string {
-	return []string{"troy.ledger." + ids, "$JS.API.STREAM.MSG.GET.LEDGER", "$JS.API.DIRECT.GET.LEDGER.>"}
+	return append([]string{"troy.ledger." + ids}, streamRead("LEDGER")...)
 }
 
-// Config renders users as a nats-server authorization block; passwords
-// holds each user's password, stored as a bcrypt hash.
-func Config(users []User, passwords map[string]string) (string, error) {
-	var b strings.Builder
-	b.WriteString("# troy's NATS users (troy nats-config): one a service, client roles, an operator.\n# Passwords are bcrypt hashes; the passwords are in the credentials file written beside this one.\nauthorization {\n  users = [\n")
-	for _, u := range users {
-		pw, ok := passwords[u.Name]
+// Passwords says how a user's password appears in the config.
+type Passwords func(user string) (string, error)
+
+// Hashed stores each password (from pw) as a bcrypt hash.
+func Hashed(pw map[string]string) Passwords {
+	return func(user string) (string, error) {
+		p, ok := pw[user]
 		if !ok {
-			return "", fmt.Errorf("no password for user %s", u.Name)
+			return "", fmt.Errorf("no password for user %s", user)
 		}
-		hash, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+		hash, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.DefaultCost)
+		return fmt.Sprintf("%q", string(hash)), err
+	}
+}
+
+// FromEnv has the server read each password from its environment when it
+// starts: TROY_NATS_PW_<USER> (EnvName).
+func FromEnv(user string) (string, error) { return "$" + EnvName(user), nil }
+
+// EnvName is the variable holding a user's password.
+func EnvName(user string) string {
+	return "TROY_NATS_PW_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_"))
+}
+
+// Config renders users as a nats-server authorization block.
+func Config(users []User, passwords Passwords) (string, error) {
+	var b strings.Builder
+	b.WriteString("# troy's NATS users, written by troy nats-config: one a service, client roles, an operator.\n" +
+		"# Each may do its own work and nothing else; only the operator provisions or rewrites.\nauthorization {\n  users = [\n")
+	for _, u := range users {
+		pw, err := passwords(u.Name)
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "    {\n      user: %q\n      password: %q\n", u.Name, string(hash))
+		fmt.Fprintf(&b, "    {\n      user: %q\n      password: %s\n", u.Name, pw)
 		if !u.All {
 			fmt.Fprintf(&b, "      permissions: {\n        publish: { allow: %s, deny: %s }\n        subscribe: { allow: %s }\n",
 				list(u.Publish), list(u.Deny), list(u.Subscribe))
