@@ -33,7 +33,7 @@ func (h *httpSecurity) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&h.tokensFile, "http-tokens", os.Getenv("TROY_HTTP_TOKENS"),
 		"bearer tokens the HTTP API accepts, with their scopes (troy tokens add; env TROY_HTTP_TOKENS; default "+defaultTokensFile+" when it exists)")
-	fl.BoolVar(&h.insecure, "insecure-no-auth", false, "serve the HTTP API without tokens on a non-loopback --http-addr (anyone who reaches it may send traces, ask the guard and decide approvals)")
+	fl.BoolVar(&h.insecure, "insecure-no-auth", false, "serve the HTTP API without tokens on a non-loopback --http-addr, and the embedded NATS port without users on a non-loopback --nats-addr (anyone who reaches them may send traces, ask the guard, decide approvals, replace policies)")
 	fl.StringVar(&h.cert, "tls-cert", os.Getenv("TROY_TLS_CERT"), "serve HTTPS with this certificate (PEM; env TROY_TLS_CERT)")
 	fl.StringVar(&h.key, "tls-key", os.Getenv("TROY_TLS_KEY"), "and this private key (PEM; env TROY_TLS_KEY)")
 	fl.StringVar(&h.clientCA, "tls-client-ca", os.Getenv("TROY_TLS_CLIENT_CA"), "require client certificates signed by this CA (mutual TLS; PEM; env TROY_TLS_CLIENT_CA)")

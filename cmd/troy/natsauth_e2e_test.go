@@ -136,3 +136,32 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 	assert.True(t, refused(t, url("guard"), "$JS.API.STREAM.DELETE.LEDGER"), "nobody but the operator rewrites the ledger")
 	assert.False(t, refused(t, url("ingest"), "troy.trace.live"), "and each may do its own work")
 }
+
+// The embedded server of troy serve takes the same users: outside clients
+// log in, its own services need nothing; open to the network without
+// users, it refuses to start.
+func TestEmbeddedNATSWithUsers(t *testing.T) {
+	traces, policy := examples(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "serve", "--nats-addr", "0.0.0.0:0", "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "open"))
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "the embedded NATS server has no users")
+
+	r = troy(t, dir, "nats-config", "--out", "nats")
+	require.Equal(t, 0, r.code, r.stderr)
+	creds, err := os.ReadFile(filepath.Join(dir, "nats", "credentials"))
+	require.NoError(t, err)
+	var auditPW string
+	for _, l := range strings.Split(string(creds), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "audit" {
+			auditPW = f[1]
+		}
+	}
+	natsURL, _ := startServe(t, dir, "--nats-auth", filepath.Join("nats", "auth.conf"))
+	_, err = nats.Connect(natsURL)
+	require.Error(t, err, "no anonymous client")
+	host := strings.TrimPrefix(natsURL, "nats://")
+	r = troy(t, dir, "audit-batch", traces, policy, "--out-dir", "out", "--nats-url", "nats://audit:"+auditPW+"@"+host, "--no-provision", "--timeout", "60s")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, auditPW, "no password in what troy prints")
+}

@@ -40,6 +40,7 @@ func newServeCmd(g *globalFlags) *cobra.Command {
 	var streamIdle time.Duration
 	var streamMember string
 	var withLedger bool
+	var natsAuth string
 	var ledgerKey string
 	var checkpointEvery uint64
 	var checkpointInterval time.Duration
@@ -90,6 +91,10 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if err := sec.resolve(httpAddr); err != nil {
 				return codeError{exitError, err}
 			}
+			if g.natsURL == "" && natsAuth == "" && !isLoopback(natsAddr) && !sec.insecure {
+				return codeError{exitError, fmt.Errorf("--nats-addr %s is reachable from the network and the embedded NATS server has no users: "+
+					"give --nats-auth FILE (troy nats-config --out DIR writes DIR/auth.conf), bind 127.0.0.1, or pass --insecure-no-auth to serve it open anyway", natsAddr)}
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			lis, err := net.Listen("tcp", httpAddr)
@@ -98,7 +103,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, noProvision: g.noProvision, targets: targets,
 				workers: workers, maxRuns: maxRuns, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle,
-				streamMember: member, ledger: withLedger, ledgerKey: ledgerKey, checkpointEvery: checkpointEvery, checkpointInterval: checkpointInterval}
+				streamMember: member, ledger: withLedger, natsAuth: natsAuth, ledgerKey: ledgerKey, checkpointEvery: checkpointEvery, checkpointInterval: checkpointInterval}
 			if slices.Contains(targets, "explainer") {
 				if cfg.llm, err = lf.resolve(cmd, cmd.ErrOrStderr()); err != nil {
 					lis.Close()
@@ -168,6 +173,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 	fl := cmd.Flags()
 	fl.StringVar(&target, "target", envOr("TROY_TARGET", "all"), targetHelp())
 	fl.StringVar(&natsAddr, "nats-addr", envOr("TROY_NATS_ADDR", "127.0.0.1:4222"), "client address of the embedded NATS server (env TROY_NATS_ADDR)")
+	fl.StringVar(&natsAuth, "nats-auth", os.Getenv("TROY_NATS_AUTH"), "the embedded NATS server's users: troy nats-config's auth.conf (env TROY_NATS_AUTH); required on a non-loopback --nats-addr")
 	fl.StringVar(&httpAddr, "http-addr", envOr("TROY_HTTP_ADDR", "127.0.0.1:8080"), "health, readiness and metrics address (env TROY_HTTP_ADDR)")
 	fl.StringVar(&policyPath, "policy", os.Getenv("TROY_POLICY"), "default policy for traces that name none (env TROY_POLICY)")
 	fl.StringVar(&reportsDir, "reports-dir", os.Getenv("TROY_REPORTS_DIR"), "also write every report to DIR/<run>/<trace_id>/ (env TROY_REPORTS_DIR)")

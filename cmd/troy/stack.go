@@ -44,8 +44,9 @@ type stackConfig struct {
 	syslog       syslog.Config
 	streamIdle   time.Duration
 	streamMember streamer.Member
-	ledger       bool // the guard and the reporter record their decisions in the ledger
-	noProvision  bool // check the topology instead of provisioning it
+	ledger       bool   // the guard and the reporter record their decisions in the ledger
+	noProvision  bool   // check the topology instead of provisioning it
+	natsAuth     string // the embedded server's users (troy nats-config's auth.conf)
 	// the checkpointer's signing key (file or value) and cadence
 	ledgerKey          string
 	checkpointEvery    uint64
@@ -72,7 +73,7 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 	s := &stack{log: log, failed: make(chan struct{})}
 	var err error
 	if cfg.client.URL == "" {
-		s.emb, err = natsembed.Start(natsembed.Config{StoreDir: cfg.dataDir, Listen: cfg.listen})
+		s.emb, err = natsembed.Start(natsembed.Config{StoreDir: cfg.dataDir, Listen: cfg.listen, AuthFile: cfg.natsAuth})
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,8 @@
 package natsembed
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +28,11 @@ type Config struct {
 	Listen   string // host:port for outside clients; "" accepts in-process clients only
 	// MaxPayload bounds one message; traces, graphs and reports travel whole.
 	MaxPayload int32
+	// AuthFile, when set, is a nats-server authorization block (troy
+	// nats-config's auth.conf): outside clients must log in as its users.
+	// This process's own services log in as an internal user whose
+	// password never leaves it.
+	AuthFile string
 }
 
 // DefaultMaxPayload fits a 4 MiB trace with its graph and explanations.
@@ -46,9 +53,13 @@ func (c Config) Validate() error {
 
 // Server is a running in-process NATS server with JetStream.
 type Server struct {
-	Server *server.Server
-	lock   *os.File
+	Server   *server.Server
+	lock     *os.File
+	internal string // the in-process services' password ("" without AuthFile)
 }
+
+// internalUser is who this process's own services are.
+const internalUser = "troy-internal"
 
 // ErrStoreLocked is returned when another process uses the store directory.
 var ErrStoreLocked = errors.New("store directory in use")
@@ -77,6 +88,25 @@ func Start(cfg Config) (*Server, error) {
 	if opts.MaxPayload == 0 {
 		opts.MaxPayload = DefaultMaxPayload
 	}
+	var internal string
+	if cfg.AuthFile != "" {
+		auth := &server.Options{}
+		if err := auth.ProcessConfigFile(cfg.AuthFile); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("embedded NATS: --nats-auth %s: %w", cfg.AuthFile, err)
+		}
+		if len(auth.Users) == 0 {
+			lock.Close()
+			return nil, fmt.Errorf("embedded NATS: --nats-auth %s has no users (troy nats-config writes them)", cfg.AuthFile)
+		}
+		raw := make([]byte, 24)
+		if _, err := rand.Read(raw); err != nil {
+			lock.Close()
+			return nil, err
+		}
+		internal = base64.RawURLEncoding.EncodeToString(raw)
+		opts.Users = append(auth.Users, &server.User{Username: internalUser, Password: internal})
+	}
 	if cfg.Listen == "" {
 		opts.DontListen = true
 	} else {
@@ -100,7 +130,7 @@ func Start(cfg Config) (*Server, error) {
 		}
 		return nil, errors.New("embedded NATS did not start within 30s")
 	}
-	return &Server{Server: ns, lock: lock}, nil
+	return &Server{Server: ns, lock: lock, internal: internal}, nil
 }
 
 // ClientURL is the address outside clients connect to ("" when not listening).
@@ -121,6 +151,9 @@ func (e *Server) Shutdown() {
 // Connect opens an in-process connection to the server.
 func (e *Server) Connect(name string) (*nats.Conn, error) {
 	opts := append(bus.Options(bus.ClientConfig{Name: name}), nats.InProcessServer(e.Server))
+	if e.internal != "" {
+		opts = append(opts, nats.UserInfo(internalUser, e.internal))
+	}
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded NATS: %w", err)
