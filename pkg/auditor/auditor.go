@@ -56,6 +56,12 @@ type Config struct {
 	Finished []report.Entry
 }
 
+// followOpts are the ordered consumers' pulls: a short heartbeat, so one
+// whose server went away (a cluster losing a node) is noticed within
+// seconds and recreated from the last outcome read, instead of half a
+// minute of silence.
+var followOpts = []jetstream.PullMessagesOpt{jetstream.PullExpiry(5 * time.Second), jetstream.PullHeartbeat(time.Second)}
+
 // purgeEvery is how many outcomes the collector handles before it purges
 // them from the stream: once the sink has them, the stream need not.
 const purgeEvery = 256
@@ -134,7 +140,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 	if err != nil {
 		return nil, fmt.Errorf("auditor: read outcomes: %w", err)
 	}
-	iterMsgs, err := cons.Messages()
+	iterMsgs, err := cons.Messages(followOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("auditor: read outcomes: %w", err)
 	}
@@ -154,7 +160,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 	if err != nil {
 		return nil, fmt.Errorf("auditor: read dead letters: %w", err)
 	}
-	deadMsgs, err := dead.Messages()
+	deadMsgs, err := dead.Messages(followOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("auditor: read dead letters: %w", err)
 	}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,10 +67,32 @@ func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
 	if o.MsgID != "" {
 		m.Header.Set(HeaderMsgID, o.MsgID)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := js.PublishMsg(pctx, m); err != nil {
-		return fmt.Errorf("publish %s: %w", o.Subject, err)
+	// With a message id the server stores a message once however often it
+	// is sent, so a publish that timed out or found no stream leader (a
+	// cluster electing one) is sent again, for up to 30 s.
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := js.PublishMsg(pctx, m)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if o.MsgID == "" || !transient(err) || ctx.Err() != nil || time.Since(start) > 30*time.Second {
+			return fmt.Errorf("publish %s: %w", o.Subject, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w", o.Subject, err)
+		case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)):
+		}
 	}
-	return nil
+}
+
+// transient reports whether a publish error may go away by itself: no
+// answer in time, or no stream leader for the moment.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || (errors.As(err, &apiErr) && apiErr.Code == 503)
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/troy-audit/troy/pkg/bus"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/transparency-dev/formats/log"
 	"github.com/transparency-dev/merkle/compact"
@@ -181,7 +183,7 @@ func ReadAll(ctx context.Context, js jetstream.JetStream) ([]Stored, error) {
 	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			m, err = leaderGet(ctx, js.Conn(), Stream, seq, "")
+			m, err = bus.LeaderGet(ctx, js.Conn(), Stream, seq, "")
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil, &Fault{Index: len(out), Kind: "tail_cut", Msg: fmt.Sprintf("stream sequence %d is missing", seq)}

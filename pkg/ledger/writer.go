@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/troy-audit/troy/pkg/bus"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -98,7 +100,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ledger, writerName string
 
 // sync reads the ledger's last record.
 func (w *Writer) sync(ctx context.Context) error {
-	m, err := leaderGet(ctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
+	m, err := bus.LeaderGet(ctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		w.seq, w.lastSeq, w.head = 0, 0, Genesis
 		return nil
@@ -259,7 +261,7 @@ func (w *Writer) send(ctx context.Context, a *attempt) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBack)
 	defer cancel()
 	before := a.seq - uint64(len(a.msgs))
-	last, gerr := leaderGet(rctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
+	last, gerr := bus.LeaderGet(rctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
 	var lastSeq uint64
 	var lastData []byte
 	switch {
@@ -351,7 +353,7 @@ func (w *Writer) publish(ctx context.Context, msgs []*nats.Msg) (seq uint64, ref
 	case ack.Duplicate:
 		// The server already holds a record under this ledger seq: ours
 		// (a resend), or another writer's, which makes this one stale.
-		got, err := leaderGet(ctx, nc, Stream, ack.Seq, "")
+		got, err := bus.LeaderGet(ctx, nc, Stream, ack.Seq, "")
 		if err != nil {
 			return 0, false, err
 		}

@@ -194,7 +194,9 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	if _, err := s.join.Put(ctx, key+"."+stage, m.Payload); err != nil {
 		return nil, fmt.Errorf("reporter: store %s half of %s: %w", stage, traceID, err)
 	}
-	entry, err := s.join.Get(ctx, key+"."+other)
+	// Read through the leader: a lagging replica could miss the other
+	// half just stored, and both halves would wait for each other.
+	otherHalf, err := bus.KVLeaderGet(ctx, s.deps.JS, JoinBucket, key+"."+other)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil // the other half completes the join
 	}
@@ -208,11 +210,11 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, fmt.Errorf("reporter: claim the report of %s: %w", traceID, err)
 		}
-		c, err := s.join.Get(ctx, key+".claim")
+		claim, err := bus.KVLeaderGet(ctx, s.deps.JS, JoinBucket, key+".claim")
 		if err != nil {
 			return nil, fmt.Errorf("reporter: read the claim on %s: %w", traceID, err)
 		}
-		if string(c.Value()) != stage {
+		if string(claim) != stage {
 			return nil, nil // the other half reports
 		}
 	}
@@ -220,11 +222,11 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 	// decoded in full here, whichever half it is.
 	explained := m.Payload
 	if sc == nil {
-		if sc, err = events.Decode[events.Scored](entry.Value()); err != nil {
+		if sc, err = events.Decode[events.Scored](otherHalf); err != nil {
 			return nil, bus.Permanent(fmt.Errorf("stored %s half of %s: %w", other, traceID, err))
 		}
 	} else {
-		explained = entry.Value()
+		explained = otherHalf
 	}
 	if ex, err = events.Decode[events.Explained](explained); err != nil {
 		return nil, bus.Permanent(fmt.Errorf("explanation of %s: %w", traceID, err))

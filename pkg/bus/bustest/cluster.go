@@ -15,7 +15,9 @@ import (
 type Cluster struct {
 	Servers []*server.Server
 	// URL lists every server's client address, for a client that fails over.
-	URL string
+	URL  string
+	opts []*server.Options
+	t    testing.TB
 }
 
 // RunCluster starts n clustered JetStream servers (named n1, n2, …) and
@@ -28,11 +30,11 @@ func RunCluster(t testing.TB, n int) *Cluster {
 		ports[i] = freePort(t)
 		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
 	}
-	c := &Cluster{}
+	c := &Cluster{t: t}
 	var urls []string
 	for i := range n {
 		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: freePort(t), NoLog: true, NoSigs: true,
 			JetStream: true, StoreDir: t.TempDir(),
 			Cluster: server.ClusterOpts{Name: "troy-test", Host: "127.0.0.1", Port: ports[i]},
 			Routes:  routes,
@@ -47,6 +49,7 @@ func RunCluster(t testing.TB, n int) *Cluster {
 			t.Fatalf("bustest: cluster server %d did not start", i+1)
 		}
 		c.Servers = append(c.Servers, s)
+		c.opts = append(c.opts, opts)
 		urls = append(urls, s.ClientURL())
 	}
 	c.URL = strings.Join(urls, ",")
@@ -62,6 +65,29 @@ func RunCluster(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Restart starts the server of that name again (after its Shutdown), on
+// the same ports and store: a node coming back.
+func (c *Cluster) Restart(name string) {
+	c.t.Helper()
+	for i, o := range c.opts {
+		if o.ServerName != name {
+			continue
+		}
+		s, err := server.NewServer(o.Clone())
+		if err != nil {
+			c.t.Fatalf("bustest: restart %s: %v", name, err)
+		}
+		go s.Start()
+		c.t.Cleanup(s.Shutdown)
+		if !s.ReadyForConnections(30 * time.Second) {
+			c.t.Fatalf("bustest: %s did not come back", name)
+		}
+		c.Servers[i] = s
+		return
+	}
+	c.t.Fatalf("bustest: no server %s", name)
 }
 
 // Server is the running server of that name.
