@@ -131,7 +131,15 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 	assert.Contains(t, strings.ToLower(r.stderr), "permissions violation", r.stderr)
 	assert.True(t, refused(t, url("audit"), "troy.graph.live"), "nor publish past ingest's validation")
 	assert.True(t, refused(t, url("audit"), "$JS.API.STREAM.PURGE.TROY_DLQ"), "nor purge the dead letters")
-	assert.True(t, refused(t, url("evaluator"), "troy.report.live"), "a stage publishes its own outputs only")
+	// each service's user is refused another service's subject
+	for user, foreign := range map[string]string{
+		"ingest": "troy.graph.live", "graph": "troy.eval.live", "evaluator": "troy.report.live", "explainer": "troy.score.live",
+		"scorer": "troy.report.live", "reporter": "troy.violations.critical.x", "streamer": "troy.report.live",
+		"guard": "troy.ingest.live", "checkpointer": "troy.ledger.guard.x", "agent-runner": "troy.ledger.guard.x",
+		"splunk": "troy.violations.critical.x", "syslog": "troy.ingest.live", "guard-client": "troy.ingest.live",
+	} {
+		assert.True(t, refused(t, url(user), foreign), "%s may not publish %s", user, foreign)
+	}
 	assert.True(t, refused(t, url("siem"), "troy.ingest.live"), "a SIEM only reads")
 	assert.True(t, refused(t, url("guard"), "$JS.API.STREAM.DELETE.LEDGER"), "nobody but the operator rewrites the ledger")
 	assert.False(t, refused(t, url("ingest"), "troy.trace.live"), "and each may do its own work")
