@@ -23,7 +23,10 @@ const MaxSessionSteps = 500
 
 // KVSessions keeps session histories in a JetStream KV bucket, so every
 // guard process sees the same history.
-type KVSessions struct{ kv jetstream.KeyValue }
+type KVSessions struct {
+	kv jetstream.KeyValue
+	js jetstream.JetStream
+}
 
 // OpenSessions binds to the sessions bucket.
 func OpenSessions(ctx context.Context, js jetstream.JetStream) (*KVSessions, error) {
@@ -31,22 +34,24 @@ func OpenSessions(ctx context.Context, js jetstream.JetStream) (*KVSessions, err
 	if err != nil {
 		return nil, fmt.Errorf("guard sessions: bucket %s: %w (was the topology provisioned?)", SessionBucket, err)
 	}
-	return &KVSessions{kv: kv}, nil
+	return &KVSessions{kv: kv, js: js}, nil
 }
 
 // KV keys allow few characters; any session id maps to one.
 func sessionKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
-// History implements Sessions.
+// History implements Sessions. It reads through the bucket's leader: a
+// replica that lags would show a history without the latest allowed
+// action, and the check would be judged on less than happened.
 func (s *KVSessions) History(ctx context.Context, session string) ([]*trace.Step, error) {
-	e, err := s.kv.Get(ctx, sessionKey(session))
+	v, err := bus.KVLeaderGet(ctx, s.js, SessionBucket, sessionKey(session))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return []*trace.Step{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return decodeHistory(e.Value())
+	return decodeHistory(v)
 }
 
 func decodeHistory(data []byte) ([]*trace.Step, error) {
