@@ -110,3 +110,74 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 		assert.Equal(t, 1, k, "%s reported once", id)
 	}
 }
+
+// TestServicesRideOutAWholeClusterRestart: every node of the cluster goes
+// down and comes back while the services keep running; they reconnect and
+// audit the next batch without being restarted.
+func TestServicesRideOutAWholeClusterRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: restarts a cluster")
+	}
+	c := bustest.RunCluster(t, 3)
+	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := bus.JetStream(nc)
+	require.NoError(t, err)
+	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
+	require.NoError(t, err)
+	deps.Topology.Replicas = 3
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		return bus.Provision(pctx, js, deps.Topology) == nil
+	}, 60*time.Second, 200*time.Millisecond)
+	start(t, all(t, deps)...)
+
+	batch := func(run string, n int) {
+		t.Helper()
+		inputs := func(yield func(auditor.Input) bool) {
+			for i := range n {
+				b, _ := json.Marshal(tracegen.Trace(11, i, 6))
+				if !yield(auditor.Input{Source: fmt.Sprintf("%s-%d.json", run, i), Data: b}) {
+					return
+				}
+			}
+		}
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		entries, err := auditor.Submit(sctx, js, auditor.Config{Run: run, Policy: examplePolicy(t), Window: 16, IdleTimeout: 2 * time.Minute},
+			inputs, n, func(auditor.Outcome) error { return nil })
+		require.NoError(t, err)
+		require.Len(t, entries, n)
+		for _, e := range entries {
+			assert.Equal(t, report.StatusAudited, e.Status, "%s: %v", e.Source, e.Problems)
+		}
+	}
+	batch("before", 40)
+	var names []string
+	for _, s := range c.Servers {
+		names = append(names, s.Name())
+		s.Shutdown()
+	}
+	time.Sleep(time.Second)
+	for _, name := range names {
+		c.Restart(name)
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range c.Servers {
+			if s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 100*time.Millisecond, "the cluster elects a leader again")
+	require.Eventually(t, func() bool { // the streams' own leaders, a few seconds later
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := js.Stream(sctx, "TROY_OUTCOMES")
+		return err == nil
+	}, 60*time.Second, 200*time.Millisecond, "the streams are served again")
+	batch("after", 40) // by the same services, never restarted
+}
