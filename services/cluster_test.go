@@ -9,16 +9,23 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
+	"github.com/troy-audit/troy/pkg/stream"
+	"github.com/troy-audit/troy/pkg/stream/streamtest"
 	"github.com/troy-audit/troy/pkg/tracegen"
+	"github.com/troy-audit/troy/services/streamer"
 )
 
 // TestABatchSurvivesLosingANode audits a batch on a 3-node cluster (R3
@@ -30,21 +37,8 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 		t.Skip("slow: a batch across a leader election")
 	}
 	const n, steps = 600, 8
-	c := bustest.RunCluster(t, 3)
-	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	require.NoError(t, err)
-	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
-	require.NoError(t, err)
-	deps.Topology.Replicas = 3
+	c, js, deps := clusterDeps(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		return bus.Provision(pctx, js, deps.Topology) == nil
-	}, 60*time.Second, 200*time.Millisecond)
 	start(t, all(t, deps)...)
 
 	inputs := func(yield func(auditor.Input) bool) {
@@ -69,19 +63,7 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 			reported[a.Trace.TraceID]++
 		}
 		if len(reported) == n/3 {
-			go func() { // whichever node leads the meta layer goes
-				for _, s := range c.Servers {
-					if s.JetStreamIsLeader() {
-						name := s.Name()
-						s.Shutdown()
-						killed <- name
-						time.Sleep(2 * time.Second)
-						c.Restart(name)
-						return
-					}
-				}
-				killed <- "none"
-			}()
+			go func() { killed <- killLeader(c, 2*time.Second) }() // whichever node leads the cluster goes
 		}
 		return nil
 	}
@@ -111,6 +93,128 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 	}
 }
 
+// clusterDeps starts a 3-node cluster with troy's topology at R3.
+func clusterDeps(t *testing.T) (*bustest.Cluster, jetstream.JetStream, bus.Deps) {
+	t.Helper()
+	c := bustest.RunCluster(t, 3)
+	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := bus.JetStream(nc)
+	require.NoError(t, err)
+	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
+	require.NoError(t, err)
+	deps.Topology.Replicas = 3
+	require.Eventually(t, func() bool {
+		pctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return bus.Provision(pctx, js, deps.Topology) == nil
+	}, 60*time.Second, 200*time.Millisecond)
+	return c, js, deps
+}
+
+// killLeader shuts down the node leading the cluster and brings it back
+// after a pause; it returns the node's name.
+func killLeader(c *bustest.Cluster, pause time.Duration) string {
+	for _, s := range c.Servers {
+		if s.JetStreamIsLeader() {
+			name := s.Name()
+			s.Shutdown()
+			time.Sleep(pause)
+			c.Restart(name)
+			return name
+		}
+	}
+	return "none"
+}
+
+// TestStreamingSurvivesLosingANode streams eight 120-step traces step by
+// step while the node leading the cluster goes and comes back: every trace
+// is reported whole, once, and the findings are exactly the batch audit's.
+func TestStreamingSurvivesLosingANode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: streams across a leader election")
+	}
+	c, js, deps := clusterDeps(t)
+	ctx := context.Background()
+	p, err := policy.Load("../pkg/policy/testdata/bench_policy.yaml")
+	require.NoError(t, err)
+	store, err := policystore.Open(ctx, js)
+	require.NoError(t, err)
+	_, err = store.Push(ctx, p)
+	require.NoError(t, err)
+	engine, err := policy.Compile(p)
+	require.NoError(t, err)
+	rs := all(t, deps)
+	cfg := streamer.DefaultConfig()
+	cfg.DefaultPolicy = p.PolicyID
+	st, err := streamer.New(ctx, deps, cfg)
+	require.NoError(t, err)
+	rs[len(rs)-1] = st
+	start(t, rs...)
+
+	const traces, steps = 8, 120
+	var all []*traceT
+	for i := range traces {
+		raw, _ := json.Marshal(tracegen.Trace(21, i, steps))
+		tr, err := parseTrace(raw)
+		require.NoError(t, err)
+		all = append(all, tr)
+	}
+	parts := bus.StreamPartitions(deps.Topology)
+	send := func(kind, id string, body []byte, msgID string) {
+		t.Helper()
+		require.NoError(t, bus.Publish(ctx, js, bus.Out{Subject: bus.StreamSubject(kind, id, parts), Data: body, MsgID: msgID}))
+	}
+	killed := ""
+	for s := range steps {
+		for _, tr := range all {
+			body, _ := json.Marshal(tr.Steps[s])
+			send(bus.StreamStep, tr.TraceID, body, fmt.Sprintf("%s-%d", tr.TraceID, s))
+		}
+		if s == steps/2 {
+			killed = killLeader(c, 2*time.Second)
+		}
+	}
+	for _, tr := range all {
+		body, _ := json.Marshal(stream.Start{AgentName: tr.AgentName, Metadata: tr.Metadata})
+		send(bus.StreamEnd, tr.TraceID, body, tr.TraceID+"-end")
+	}
+	t.Logf("shut down %s after %d steps of each trace", killed, steps/2)
+
+	reported := map[string]int{}
+	require.Eventually(t, func() bool {
+		clear(reported)
+		cons, err := js.OrderedConsumer(ctx, pipelines.StreamOutcomes, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"troy.report.live"}})
+		if err != nil {
+			return false
+		}
+		for {
+			m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				break
+			}
+			var rep struct {
+				Audit struct {
+					Trace struct {
+						TraceID string `json:"trace_id"`
+						Steps   []any  `json:"steps"`
+					} `json:"trace"`
+				} `json:"audit"`
+			}
+			if json.Unmarshal(m.Data(), &rep) == nil && len(rep.Audit.Trace.Steps) == steps {
+				reported[rep.Audit.Trace.TraceID]++
+			}
+		}
+		return len(reported) == traces
+	}, 2*time.Minute, time.Second, "every trace reported whole")
+	for id, n := range reported {
+		assert.Equal(t, 1, n, "%s reported once", id)
+	}
+	time.Sleep(300 * time.Millisecond)
+	streamtest.AssertSame(t, streamtest.Batch(engine, all...), streamtest.Findings(t, js))
+}
+
 // TestServicesRideOutAWholeClusterRestart: every node of the cluster goes
 // down and comes back while the services keep running; they reconnect and
 // audit the next batch without being restarted.
@@ -118,21 +222,8 @@ func TestServicesRideOutAWholeClusterRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: restarts a cluster")
 	}
-	c := bustest.RunCluster(t, 3)
-	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	require.NoError(t, err)
-	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
-	require.NoError(t, err)
-	deps.Topology.Replicas = 3
+	c, js, deps := clusterDeps(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		return bus.Provision(pctx, js, deps.Topology) == nil
-	}, 60*time.Second, 200*time.Millisecond)
 	start(t, all(t, deps)...)
 
 	batch := func(run string, n int) {
