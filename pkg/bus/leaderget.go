@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,10 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, la
 		LastFor string `json:"last_by_subj,omitempty"`
 	}{seq, lastBySubject}
 	body, _ := json.Marshal(req)
+	// A request lost in a reconnect or a leader change is never answered:
+	// give up after 5 s whatever the caller allows, so its caller retries.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s from its leader: %w", stream, err)
