@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/troy-audit/troy/pkg/auditor"
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
+	"github.com/troy-audit/troy/pkg/natsembed"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/report"
@@ -36,7 +39,10 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: a batch across a leader election")
 	}
-	const n, steps = 600, 8
+	n, steps := 600, 8
+	if v, err := strconv.Atoi(os.Getenv("TROY_TEST_HA_TRACES")); err == nil && v > 0 {
+		n = v // e.g. 10000, by hand: the CI machine runs the 600 under the race detector
+	}
 	c, js, deps := clusterDeps(t)
 	ctx := context.Background()
 	start(t, all(t, deps)...)
@@ -271,4 +277,43 @@ func TestServicesRideOutAWholeClusterRestart(t *testing.T) {
 		return err == nil
 	}, 60*time.Second, 200*time.Millisecond, "the streams are served again")
 	batch("after", 40) // by the same services, never restarted
+}
+
+// TestAFullStoreIsReportedNotDropped fills the JetStream store (a limit
+// standing in for a full disk) with a batch: the batch ends with an error
+// that says so, within its idle timeout, no service crashes, and what was
+// reported is whole.
+func TestAFullStoreIsReportedNotDropped(t *testing.T) {
+	srv, deps := bustest.ProvisionedWith(t, natsembed.Config{MaxStore: 4 << 20})
+	start(t, all(t, deps)...)
+	const n = 400
+	inputs := func(yield func(auditor.Input) bool) {
+		for i := range n {
+			b, _ := json.Marshal(tracegen.Trace(5, i, 40))
+			if !yield(auditor.Input{Source: fmt.Sprintf("full-%d.json", i), Data: b}) {
+				return
+			}
+		}
+	}
+	reported := 0
+	sink := func(o auditor.Outcome) error {
+		if o.Audit != nil {
+			var a report.Audit
+			if err := json.Unmarshal(o.Audit, &a); err != nil {
+				return err
+			}
+			if len(a.Trace.Steps) != 40 {
+				return fmt.Errorf("%s reported with %d steps", a.Trace.TraceID, len(a.Trace.Steps))
+			}
+			reported++
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := auditor.Submit(ctx, srv.JS, auditor.Config{Run: "full", Policy: examplePolicy(t), Window: 16, IdleTimeout: 20 * time.Second}, inputs, n, sink)
+	require.Error(t, err, "a batch that cannot be stored does not end as if it had")
+	t.Logf("%d of %d reported before: %v", reported, n, err)
+	assert.Less(t, reported, n)
+	assert.Regexp(t, `insufficient resources|the JetStream store is full`, err.Error(), "the error says why")
 }

@@ -110,6 +110,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		return nil, fmt.Errorf("auditor: stream %s: %w (was the topology provisioned?)", OutcomesStream, err)
 	}
 	c := &collector{
+		js:       js,
 		outcomes: outcomes,
 		cfg:      cfg,
 		sink:     sink,
@@ -251,6 +252,7 @@ func publish(ctx context.Context, js jetstream.JetStream, cfg Config, in Input) 
 }
 
 type collector struct {
+	js       jetstream.JetStream
 	outcomes jetstream.Stream
 	handled  int    // outcomes since the last purge
 	lastSeq  uint64 // stream sequence of the last outcome handled
@@ -307,6 +309,17 @@ func (c *collector) idle() time.Duration {
 }
 
 func (c *collector) stalled() error {
+	// The likeliest cause the services cannot tell the client: a store
+	// with no room left for their outputs. A probe with no source, on the
+	// dead-letter stream, says (and is passed over by every reader).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.js.Publish(ctx, bus.Subject(bus.StageDLQ, "probe")+"."+c.cfg.Run, nil)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == bus.ErrCodeInsufficientResources {
+		return fmt.Errorf("%w: no report or rejection for %s: the JetStream store is full (insufficient resources): free space or raise its limit; the services retry what they could not store",
+			ErrStalled, c.idle())
+	}
 	return fmt.Errorf("%w: no report or rejection for %s; are troy's services running against this NATS server (troy serve)? see troy.dlq.> for dead letters", ErrStalled, c.idle())
 }
 

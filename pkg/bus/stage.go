@@ -90,9 +90,17 @@ func Publish(ctx context.Context, js jetstream.JetStream, o Out) error {
 }
 
 // transient reports whether a publish error may go away by itself: no
-// answer in time, or no stream leader for the moment.
+// answer in time, or no stream leader for the moment. A full store is not
+// waited out: the sender is told at once.
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503 && apiErr.ErrorCode != ErrCodeInsufficientResources
+	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || (errors.As(err, &apiErr) && apiErr.Code == 503)
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
+
+// ErrCodeInsufficientResources is JetStream's "insufficient resources"
+// (the store is full).
+const ErrCodeInsufficientResources jetstream.ErrorCode = 10023

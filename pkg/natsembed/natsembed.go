@@ -28,6 +28,10 @@ type Config struct {
 	Listen   string // host:port for outside clients; "" accepts in-process clients only
 	// MaxPayload bounds one message; traces, graphs and reports travel whole.
 	MaxPayload int32
+	// MaxStore bounds the JetStream store on disk (0: the disk's size). Past
+	// it, publishes are refused with "insufficient resources", as on a
+	// full disk.
+	MaxStore int64
 	// AuthFile, when set, is a nats-server authorization block (troy
 	// nats-config's auth.conf): outside clients must log in as its users.
 	// This process's own services log in as an internal user whose
@@ -87,6 +91,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if opts.MaxPayload == 0 {
 		opts.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
 	}
 	var internal string
 	if cfg.AuthFile != "" {

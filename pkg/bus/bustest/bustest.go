@@ -28,7 +28,15 @@ type Server struct {
 // t.TempDir().
 func RunServer(t testing.TB) *Server {
 	t.Helper()
-	emb, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	return RunServerWith(t, natsembed.Config{})
+}
+
+// RunServerWith is RunServer with cfg's limits (its store and address are
+// the test's).
+func RunServerWith(t testing.TB, cfg natsembed.Config) *Server {
+	t.Helper()
+	cfg.StoreDir, cfg.Listen = t.TempDir(), "127.0.0.1:0"
+	emb, err := natsembed.Start(cfg)
 	if err != nil {
 		t.Fatalf("bustest: start server: %v", err)
 	}
@@ -52,7 +60,13 @@ func RunServer(t testing.TB) *Server {
 // service dependencies for it.
 func Provisioned(t testing.TB) (*Server, bus.Deps) {
 	t.Helper()
-	s := RunServer(t)
+	return ProvisionedWith(t, natsembed.Config{})
+}
+
+// ProvisionedWith is Provisioned on a server with cfg's limits.
+func ProvisionedWith(t testing.TB, cfg natsembed.Config) (*Server, bus.Deps) {
+	t.Helper()
+	s := RunServerWith(t, cfg)
 	deps, err := bus.NewDeps(s.JS, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
