@@ -88,6 +88,14 @@ func RedactURL(urls string) string {
 	return strings.Join(parts, ",")
 }
 
+// IsInbox reports whether a request's reply subject is a requester's
+// inbox. A service answers only there: a requester may name any reply
+// subject, and a responder's permission to answer would otherwise let it
+// publish the answer onto a stream (a ledger, the findings, a bucket).
+func IsInbox(reply string) bool {
+	return strings.HasPrefix(reply, "_INBOX.") || strings.HasPrefix(reply, "_INBOX_")
+}
+
 // InboxPrefix is where a user's replies come (deploy configs let each
 // user subscribe to its own).
 func InboxPrefix(user string) string { return "_INBOX_" + user }

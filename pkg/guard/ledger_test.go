@@ -2,10 +2,12 @@ package guard_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,4 +80,21 @@ func TestGuardServiceRecordsEveryDecision(t *testing.T) {
 	assert.Equal(t, "bash", action["name"])
 	assert.Equal(t, ledger.Digest(rmRF.Input), action["input_sha256"])
 	assert.NotContains(t, string(entries[1]), "rm -rf", "the input itself is not stored")
+}
+
+// A requester may name any reply subject; the guard answers only inboxes,
+// so a check cannot have its answer published onto a stream (here: the
+// findings SIEMs read).
+func TestTheGuardAnswersOnlyInboxes(t *testing.T) {
+	srv, _ := startGuard(t)
+	findings, err := srv.NC.SubscribeSync("troy.violations.>")
+	require.NoError(t, err)
+	req, _ := json.Marshal(guard.Request{Action: listDocs})
+	require.NoError(t, srv.NC.PublishRequest(guard.Subject, "troy.violations.critical.forged", req))
+	require.NoError(t, srv.NC.Flush())
+	_, err = findings.NextMsg(500 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "nothing published where the requester asked")
+	d, err := (&guard.NATS{Conn: srv.NC}).Check(context.Background(), guard.Request{Action: listDocs})
+	require.NoError(t, err)
+	assert.Equal(t, guard.Allow, d.Decision, "an inbox is answered as ever")
 }

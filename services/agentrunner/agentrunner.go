@@ -127,7 +127,9 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 				reason = "cancelled by request"
 			}
 			ctl.Cancel(reason)
-			_ = msg.Respond([]byte("ok"))
+			if bus.IsInbox(msg.Reply) { // answered only to a requester's inbox
+				_ = msg.Respond([]byte("ok"))
+			}
 		})
 		if err != nil { // a run nobody could cancel is not started
 			return nil, fmt.Errorf("subscribing to cancels of run %s: %w", req.RunID, err)

@@ -85,7 +85,7 @@ func New(ctx context.Context, nc *nats.Conn, deps bus.Deps, reg prometheus.Regis
 	}
 	s := &Service{nc: nc, deps: deps, store: store, local: &pguard.Local{Policies: store, Sessions: sessions, Timeout: cfg.CheckTimeout}, workers: cfg.Workers,
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "troy_guard_checks_total",
-			Help: "Guard checks by decision (allow, block, error)."}, []string{"decision"}),
+			Help: "Guard checks by decision (allow, block, error; refused: the answer was to go somewhere that is not an inbox)."}, []string{"decision"}),
 		took: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "troy_guard_check_seconds",
 			Help: "Time to answer one guard check.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
 	}
@@ -149,6 +149,11 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) Ledger() string { return s.ledger.Ledger() }
 
 func (s *Service) handle(ctx context.Context, m *nats.Msg) {
+	if !bus.IsInbox(m.Reply) {
+		s.checks.WithLabelValues("refused").Inc()
+		s.deps.Log.Warn().Str("reply", m.Reply).Msg("guard: a check asked for its answer somewhere that is not an inbox; not answered, not checked")
+		return
+	}
 	start := time.Now()
 	defer func() { s.took.Observe(time.Since(start).Seconds()) }()
 	var req pguard.Request
