@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -43,7 +40,7 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("TROY_TEST_HA_TRACES")); err == nil && v > 0 {
 		n = v // e.g. 10000, by hand: the CI machine runs the 600 under the race detector
 	}
-	c, js, deps := clusterDeps(t)
+	c, js, deps := bustest.ProvisionedCluster(t)
 	ctx := context.Background()
 	start(t, all(t, deps)...)
 
@@ -69,7 +66,7 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 			reported[a.Trace.TraceID]++
 		}
 		if len(reported) == n/3 {
-			go func() { killed <- killLeader(c, 2*time.Second) }() // whichever node leads the cluster goes
+			go func() { killed <- c.KillLeader(2 * time.Second) }() // whichever node leads the cluster goes
 		}
 		return nil
 	}
@@ -99,41 +96,6 @@ func TestABatchSurvivesLosingANode(t *testing.T) {
 	}
 }
 
-// clusterDeps starts a 3-node cluster with troy's topology at R3.
-func clusterDeps(t *testing.T) (*bustest.Cluster, jetstream.JetStream, bus.Deps) {
-	t.Helper()
-	c := bustest.RunCluster(t, 3)
-	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := bus.JetStream(nc)
-	require.NoError(t, err)
-	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
-	require.NoError(t, err)
-	deps.Topology.Replicas = 3
-	require.Eventually(t, func() bool {
-		pctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		return bus.Provision(pctx, js, deps.Topology) == nil
-	}, 60*time.Second, 200*time.Millisecond)
-	return c, js, deps
-}
-
-// killLeader shuts down the node leading the cluster and brings it back
-// after a pause; it returns the node's name.
-func killLeader(c *bustest.Cluster, pause time.Duration) string {
-	for _, s := range c.Servers {
-		if s.JetStreamIsLeader() {
-			name := s.Name()
-			s.Shutdown()
-			time.Sleep(pause)
-			c.Restart(name)
-			return name
-		}
-	}
-	return "none"
-}
-
 // TestStreamingSurvivesLosingANode streams eight 120-step traces step by
 // step while the node leading the cluster goes and comes back: every trace
 // is reported whole, once, and the findings are exactly the batch audit's.
@@ -141,7 +103,7 @@ func TestStreamingSurvivesLosingANode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: streams across a leader election")
 	}
-	c, js, deps := clusterDeps(t)
+	c, js, deps := bustest.ProvisionedCluster(t)
 	ctx := context.Background()
 	p, err := policy.Load("../pkg/policy/testdata/bench_policy.yaml")
 	require.NoError(t, err)
@@ -179,7 +141,7 @@ func TestStreamingSurvivesLosingANode(t *testing.T) {
 			send(bus.StreamStep, tr.TraceID, body, fmt.Sprintf("%s-%d", tr.TraceID, s))
 		}
 		if s == steps/2 {
-			killed = killLeader(c, 2*time.Second)
+			killed = c.KillLeader(2 * time.Second)
 		}
 	}
 	for _, tr := range all {
@@ -228,7 +190,7 @@ func TestServicesRideOutAWholeClusterRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: restarts a cluster")
 	}
-	c, js, deps := clusterDeps(t)
+	c, js, deps := bustest.ProvisionedCluster(t)
 	ctx := context.Background()
 	start(t, all(t, deps)...)
 

@@ -5,13 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/policystore"
@@ -25,21 +22,9 @@ func TestASessionSurvivesLosingANode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: waits for a leader election")
 	}
-	c := bustest.RunCluster(t, 3)
-	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	require.NoError(t, err)
-	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
-	require.NoError(t, err)
-	deps.Topology.Replicas = 3
+	c, js, deps := bustest.ProvisionedCluster(t)
+	nc := js.Conn()
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		return bus.Provision(pctx, js, deps.Topology) == nil
-	}, 60*time.Second, 200*time.Millisecond)
 	store, err := policystore.Open(ctx, js)
 	require.NoError(t, err)
 	_, err = store.Push(ctx, engine(t, policyYAML).Policy())

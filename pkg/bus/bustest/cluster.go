@@ -1,6 +1,7 @@
 package bustest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/troy-audit/troy/pkg/bus"
 )
 
 // Cluster is a JetStream cluster of embedded servers on loopback ports.
@@ -108,4 +114,54 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ProvisionedCluster starts a 3-node cluster with troy's topology at R3
+// and returns it, a client that fails over between its nodes, and the
+// service dependencies on that client.
+func ProvisionedCluster(t testing.TB) (*Cluster, jetstream.JetStream, bus.Deps) {
+	t.Helper()
+	c := RunCluster(t, 3)
+	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	deps, err := bus.NewDeps(js, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	deps.Topology.Replicas = 3
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := bus.Provision(ctx, js, deps.Topology)
+		cancel()
+		if err == nil {
+			return c, js, deps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bustest: provision the cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// KillLeader shuts down the node leading the cluster and brings it back
+// after a pause; it returns the node's name.
+func (c *Cluster) KillLeader(pause time.Duration) string {
+	for _, s := range c.Servers {
+		if s.JetStreamIsLeader() {
+			name := s.Name()
+			s.Shutdown()
+			time.Sleep(pause)
+			c.Restart(name)
+			return name
+		}
+	}
+	return "none"
 }
