@@ -66,6 +66,10 @@ func Load(path string) (*Tokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens file: %w (make one with troy tokens add NAME --scope S --file %s)", err, path)
 	}
+	// whoever may write the file may let themselves in
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("tokens file %s is writable by others (%v): chmod go-w %s", path, st.Mode().Perm(), path)
+	}
 	ts := &Tokens{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {

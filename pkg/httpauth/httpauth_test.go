@@ -77,4 +77,10 @@ func TestTokensFileErrorsSayWhere(t *testing.T) {
 	}
 	_, err := httpauth.Load(filepath.Join(dir, "missing"))
 	assert.ErrorContains(t, err, "troy tokens add")
+
+	open := filepath.Join(dir, "open")
+	require.NoError(t, os.WriteFile(open, []byte("a guard sha256:"+strings.Repeat("0", 64)+"\n"), 0o600))
+	require.NoError(t, os.Chmod(open, 0o666))
+	_, err = httpauth.Load(open)
+	assert.ErrorContains(t, err, "writable by others", "whoever may write it may let themselves in")
 }

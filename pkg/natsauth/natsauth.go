@@ -48,8 +48,8 @@ func Users(topo *pipelines.Topology) []User {
 		u.Name = name
 		u.Subscribe = append(u.Subscribe, bus.InboxPrefix(name)+".>")
 		u.Publish = append(u.Publish, "$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.INFO.>")
-		// the policy store every troy serve watches, and the bucket, stream
-		// and approvals its HTTP API opens
+		// the policy store every troy serve watches (the buckets and
+		// streams its HTTP API opens need only STREAM.INFO)
 		u.Publish = append(u.Publish, kvRead("troy_policies", true)...)
 		u.Deny = append(u.Deny, sealed...)
 		slices.Sort(u.Publish)
