@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -136,14 +135,7 @@ func recordChecks(ctx context.Context, g *globalFlags, url string, local *guard.
 		nc.Close()
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	id := "check." + strings.Map(func(r rune) rune {
-		if r <= ' ' || r == '.' || r == '*' || r == '>' {
-			return '-'
-		}
-		return r
-	}, host)
-	w, err := ledger.Open(ctx, js, id, "troy check")
+	w, err := ledger.Open(ctx, js, ledger.HostID("check"), "troy check")
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("--ledger: %w (is this troy serve's NATS, with the ledger streams?)", err)

@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -189,12 +190,7 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				ids := make([]string, 0, len(counts))
-				for id := range counts {
-					ids = append(ids, id)
-				}
-				sort.Strings(ids)
-				for _, id := range ids {
+				for _, id := range slices.Sorted(maps.Keys(counts)) {
 					fmt.Fprintf(cmd.OutOrStdout(), "%-48s %d\n", id, counts[id])
 				}
 				return nil
@@ -304,12 +300,7 @@ func ledgerIDs(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(counts))
-	for id := range counts {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return slices.Sorted(maps.Keys(counts)), nil
 }
 
 // ledgerCounts is each ledger's number of records.

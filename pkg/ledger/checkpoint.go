@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -141,30 +140,6 @@ func Sign(signer note.Signer, entries [][]byte) ([]byte, error) {
 	}
 	cp := log.Checkpoint{Origin: Origin(signer.Name()), Size: uint64(len(entries)), Hash: root}
 	return note.Sign(&note.Note{Text: string(cp.Marshal())}, signer)
-}
-
-// CheckAgainst verifies a signed checkpoint and that entries (the whole
-// stream, in order) still hold what it committed to: same first Size
-// entries, none missing at the tail. Faults: bad_signature, tail_cut,
-// tree_mismatch.
-func CheckAgainst(checkpoint []byte, verifier note.Verifier, entries [][]byte) (*log.Checkpoint, error) {
-	cp, _, _, err := log.ParseCheckpoint(checkpoint, Origin(verifier.Name()), verifier)
-	if err != nil {
-		return nil, &Fault{Kind: "bad_signature", Msg: err.Error()}
-	}
-	if uint64(len(entries)) < cp.Size {
-		return cp, &Fault{Index: len(entries), Kind: "tail_cut",
-			Msg: fmt.Sprintf("the log has %d entries; the checkpoint signed %d (entries were removed)", len(entries), cp.Size)}
-	}
-	root, err := Root(entries[:cp.Size])
-	if err != nil {
-		return cp, err
-	}
-	if !bytes.Equal(root, cp.Hash) {
-		return cp, &Fault{Kind: "tree_mismatch",
-			Msg: fmt.Sprintf("the first %d entries do not hash to the signed root: the log was changed after it was checkpointed", cp.Size)}
-	}
-	return cp, nil
 }
 
 // ReadAll returns every entry of the LEDGER stream in order, read through

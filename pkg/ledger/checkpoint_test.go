@@ -26,15 +26,15 @@ func TestCheckpointsCatchWhatTheChainCannot(t *testing.T) {
 	cp, err := ledger.Sign(signer, entries)
 	require.NoError(t, err)
 
-	got, err := ledger.CheckAgainst(cp, verifier, entries)
+	got, err := ledger.CheckAll([][]byte{cp}, verifier, entries)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(6), got.Size)
-	_, err = ledger.CheckAgainst(cp, verifier, append(entries, chain(t, 7)[6]))
+	_, err = ledger.CheckAll([][]byte{cp}, verifier, append(entries, chain(t, 7)[6]))
 	assert.NoError(t, err, "entries after the checkpoint are fine")
 
 	fault := func(cp []byte, entries [][]byte) string {
 		t.Helper()
-		_, err := ledger.CheckAgainst(cp, verifier, entries)
+		_, err := ledger.CheckAll([][]byte{cp}, verifier, entries)
 		var f *ledger.Fault
 		require.ErrorAs(t, err, &f)
 		return f.Kind

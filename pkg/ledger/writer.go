@@ -47,6 +47,12 @@ func ValidID(id string) error {
 // part, so each process is the one writer of its own ledger, and a NATS
 // permission on troy.ledger.<prefix>.> covers that service's ledgers.
 func InstanceID(prefix string) string {
+	return HostID(prefix) + "-" + nuid.Next()[16:]
+}
+
+// HostID names a ledger shared by the processes of one host (troy check's
+// in-process checks): prefix and the host name, made a subject token.
+func HostID(prefix string) string {
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
@@ -57,7 +63,7 @@ func InstanceID(prefix string) string {
 	if host == "" {
 		host = "host"
 	}
-	return prefix + "." + host + "-" + nuid.Next()[16:]
+	return prefix + "." + host
 }
 
 // ErrFenced is returned to a writer whose ledger was appended to by
@@ -71,7 +77,6 @@ var ErrFenced = errors.New("ledger: another writer appended to this ledger")
 // ledger's last record is.
 type Writer struct {
 	js     jetstream.JetStream
-	stream jetstream.Stream
 	ledger string
 	name   string
 
@@ -87,11 +92,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ledger, writerName string
 	if err := ValidID(ledger); err != nil {
 		return nil, err
 	}
-	s, err := js.Stream(ctx, Stream)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: stream %s: %w", Stream, err)
-	}
-	w := &Writer{js: js, stream: s, ledger: ledger, name: writerName, head: Genesis}
+	w := &Writer{js: js, ledger: ledger, name: writerName, head: Genesis}
 	if err := w.sync(ctx); err != nil {
 		return nil, err
 	}
@@ -100,20 +101,32 @@ func Open(ctx context.Context, js jetstream.JetStream, ledger, writerName string
 
 // sync reads the ledger's last record.
 func (w *Writer) sync(ctx context.Context) error {
+	seq, streamSeq, data, err := w.lastRecord(ctx)
+	if err != nil {
+		return err
+	}
+	w.seq, w.lastSeq, w.head = seq, streamSeq, Genesis
+	if data != nil {
+		w.head = EntryHash(data)
+	}
+	return nil
+}
+
+// lastRecord is the ledger's last record as the stream's leader holds it:
+// its seq, stream sequence and bytes (0, 0, nil for an empty ledger).
+func (w *Writer) lastRecord(ctx context.Context) (seq, streamSeq uint64, data []byte, err error) {
 	m, err := bus.LeaderGet(ctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		w.seq, w.lastSeq, w.head = 0, 0, Genesis
-		return nil
+		return 0, 0, nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("ledger %s: %w", w.ledger, err)
+		return 0, 0, nil, fmt.Errorf("ledger %s: %w", w.ledger, err)
 	}
 	r, err := Decode(m.Data)
 	if err != nil {
-		return fmt.Errorf("ledger %s: its last record (stream seq %d) is %w", w.ledger, m.Sequence, err)
+		return 0, 0, nil, fmt.Errorf("ledger %s: its last record (stream seq %d) is %w", w.ledger, m.Sequence, err)
 	}
-	w.seq, w.lastSeq, w.head = r.Seq, m.Sequence, EntryHash(m.Data)
-	return nil
+	return r.Seq, m.Sequence, m.Data, nil
 }
 
 // Resync reads where the ledger stands again (after ErrFenced, to go on
@@ -261,19 +274,9 @@ func (w *Writer) send(ctx context.Context, a *attempt) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBack)
 	defer cancel()
 	before := a.seq - uint64(len(a.msgs))
-	last, gerr := bus.LeaderGet(rctx, w.js.Conn(), Stream, 0, Subject(w.ledger))
-	var lastSeq uint64
-	var lastData []byte
-	switch {
-	case errors.Is(gerr, jetstream.ErrMsgNotFound):
-	case gerr != nil:
+	lastSeq, lastStreamSeq, lastData, gerr := w.lastRecord(rctx)
+	if gerr != nil {
 		return fmt.Errorf("ledger %s: append: %w (reading back: %v; append the same records again to settle it)", w.ledger, err, gerr)
-	default:
-		r, derr := Decode(last.Data)
-		if derr != nil {
-			return fmt.Errorf("ledger %s: its last record (stream seq %d) is %w", w.ledger, last.Sequence, derr)
-		}
-		lastSeq, lastData = r.Seq, last.Data
 	}
 	switch {
 	case lastSeq == before && (before == 0 || EntryHash(lastData) == w.head):
@@ -281,7 +284,7 @@ func (w *Writer) send(ctx context.Context, a *attempt) error {
 		// the same bytes go again next time).
 		return fmt.Errorf("ledger %s: append: %w (append the same records again to settle it)", w.ledger, err)
 	case lastSeq == a.seq && bytes.Equal(lastData, a.msgs[len(a.msgs)-1].Data):
-		w.seq, w.lastSeq, w.head, w.inDoubt = a.seq, last.Sequence, a.head, nil
+		w.seq, w.lastSeq, w.head, w.inDoubt = a.seq, lastStreamSeq, a.head, nil
 		return nil // it was stored: the ack was lost
 	case lastSeq < before:
 		return fmt.Errorf("ledger %s: the leader holds %d records, this writer wrote %d: append the same records again to settle it", w.ledger, lastSeq, before)
