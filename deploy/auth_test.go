@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/natsauth"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
 )
 
 // A NATS server run with deploy/nats/auth.conf: troy's services append to
@@ -25,35 +28,8 @@ import (
 // it, nor delete a record, nor answer the JetStream API; the operator
 // provisions and may reconfigure.
 func TestServicesCannotRewriteTheLedger(t *testing.T) {
-	dir := t.TempDir()
-	auth, err := os.ReadFile("nats/auth.conf")
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o600))
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude ./auth.conf\n"), 0o600))
-	topo, err := pipelines.Load()
-	require.NoError(t, err)
-	for _, u := range natsauth.Users(topo) {
-		t.Setenv(natsauth.EnvName(u.Name), u.Name+"-secret")
-	}
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-
-	connect := func(user, password string) jetstream.JetStream {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)))
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := bus.JetStream(nc)
-		require.NoError(t, err)
-		return js
-	}
-	_, err = nats.Connect(srv.ClientURL())
+	srv, topo, connect := authServer(t)
+	_, err := nats.Connect(srv.ClientURL())
 	require.Error(t, err, "no anonymous access")
 
 	ctx := context.Background()
@@ -114,4 +90,117 @@ func TestServicesCannotRewriteTheLedger(t *testing.T) {
 	cfg.Description += " (changed by an operator)"
 	_, err = operator.UpdateStream(ctx, cfg)
 	assert.NoError(t, err, "configuration is the operators'")
+}
+
+// authServer runs a NATS server with deploy/nats/auth.conf, each user's
+// password being <user>-secret.
+func authServer(t *testing.T) (*server.Server, *pipelines.Topology, func(user, password string) jetstream.JetStream) {
+	dir := t.TempDir()
+	auth, err := os.ReadFile("nats/auth.conf")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "auth.conf"), auth, 0o600))
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude ./auth.conf\n"), 0o600))
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+	for _, u := range natsauth.Users(topo) {
+		t.Setenv(natsauth.EnvName(u.Name), u.Name+"-secret")
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+
+	return srv, topo, func(user, password string) jetstream.JetStream {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := bus.JetStream(nc)
+		require.NoError(t, err)
+		return js
+	}
+}
+
+// refused publishes as user and reports whether the server refused it.
+func refused(t *testing.T, srv *server.Server, user, subject string) bool {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, user+"-secret"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+	m := nats.NewMsg(subject)
+	m.Header.Set("Nats-Rollup", "all")
+	m.Data = []byte("{}")
+	require.NoError(t, nc.PublishMsg(m))
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-errs:
+		return strings.Contains(err.Error(), "Permissions Violation")
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// What the security review found a client or a service could still do
+// with its own grants, each refused: weaken a policy (only the operator
+// writes the policy store), wipe or purge what others read, silence the
+// SIEM forwarders through their consumers, write or read ledgers that
+// are not its own, publish past a stage.
+func TestClientsCannotWeakenSilenceOrForge(t *testing.T) {
+	srv, topo, connect := authServer(t)
+	ctx := context.Background()
+	operator := connect("operator", "operator-secret")
+	require.NoError(t, bus.Provision(ctx, operator, topo))
+	store, err := policystore.Open(ctx, operator)
+	require.NoError(t, err)
+	p, err := policy.Load("../examples/policy.yaml")
+	require.NoError(t, err)
+	h, err := store.Push(ctx, p)
+	require.NoError(t, err)
+
+	type attack struct{ user, subject, what string }
+	attacks := []attack{
+		{natsauth.Audit, "$KV.troy_policies.v.x", "store a policy version"},
+		{natsauth.Audit, "$KV.troy_policies.id.x", "repoint a policy id"},
+		{natsauth.Audit, "$JS.API.STREAM.PURGE.TROY_OUTCOMES", "purge every run's outcomes"},
+		{natsauth.Audit, "$JS.API.CONSUMER.DELETE.TROY_OUTCOMES.x", "delete another client's consumer"},
+		{natsauth.Audit, "troy.ingest.step.p.0.t", "publish into another client's streamed trace"},
+		{natsauth.SIEM, "$JS.API.CONSUMER.CREATE.TROY_VIOLATIONS.splunk.troy.violations.>", "rewrite the Splunk forwarder's consumer"},
+		{natsauth.SIEM, "$JS.API.CONSUMER.DELETE.TROY_VIOLATIONS.syslog", "delete the syslog forwarder's consumer"},
+		{natsauth.SIEM, "$JS.API.CONSUMER.CREATE.TROY_VIOLATIONS", "make a push consumer delivering anywhere"},
+		{natsauth.GuardClient, "troy.ledger.check.x", "write the ledger"},
+		{natsauth.GuardClient, "$JS.API.DIRECT.GET.LEDGER", "read every ledger"},
+		{natsauth.GuardClient, "$JS.API.STREAM.INFO.LEDGER", "list the ledger ids"},
+	}
+	for _, u := range natsauth.Users(topo) {
+		if u.All {
+			continue
+		}
+		attacks = append(attacks, attack{u.Name, "$KV.troy_policies.v." + u.Name, "write the policy store"})
+		attacks = append(attacks, attack{u.Name, "$JS.API.STREAM.PURGE.KV_troy_policies", "purge the policy store"})
+	}
+	for _, a := range attacks {
+		assert.True(t, refused(t, srv, a.user, a.subject), "%s may not %s (%s)", a.user, a.what, a.subject)
+	}
+	assert.False(t, refused(t, srv, natsauth.Audit, "troy.ingest.run1"), "an audit client submits traces")
+	assert.False(t, refused(t, srv, natsauth.SIEM, "$JS.API.DIRECT.GET.TROY_VIOLATIONS"), "a SIEM reads findings")
+
+	// the policy is as the operator pushed it, and a client may read it
+	client, err := policystore.Open(ctx, connect(natsauth.Audit, "audit-secret"))
+	require.NoError(t, err)
+	got, err := client.Engine(ctx, p.PolicyID)
+	require.NoError(t, err)
+	assert.Equal(t, h, got.Hash())
+	_, err = client.Ensure(ctx, p, false)
+	assert.NoError(t, err, "a version the operator pushed needs no write")
+	weak := *p
+	weak.Rules = weak.Rules[:1]
+	_, err = client.Ensure(ctx, &weak, false)
+	require.Error(t, err, "a client cannot store its own version")
+	assert.Contains(t, err.Error(), "an operator pushes it first")
 }

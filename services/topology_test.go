@@ -48,25 +48,11 @@ var services = []struct {
 	{syslog.Consumer, syslog.Consumes, syslog.Produces},
 }
 
-// subjectMatches implements NATS wildcard matching (* one token, > the rest).
-func subjectMatches(pattern, subject string) bool {
-	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
-	for i, tok := range p {
-		if tok == ">" {
-			return len(s) > i
-		}
-		if i >= len(s) || (tok != "*" && tok != s[i]) {
-			return false
-		}
-	}
-	return len(p) == len(s)
-}
-
 func streamsFor(topo *pipelines.Topology, subject string) []string {
 	var out []string
 	for _, st := range topo.Streams {
 		for _, pat := range st.Subjects {
-			if subjectMatches(pat, subject) {
+			if bus.SubjectMatches(pat, subject) {
 				out = append(out, st.Name)
 			}
 		}

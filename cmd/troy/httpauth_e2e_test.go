@@ -122,6 +122,22 @@ func TestServeHTTPTokensAndTLS(t *testing.T) {
 	assert.ErrorIs(t, err, guard.ErrRefused)
 	assert.Equal(t, guard.Block, d.Decision, "a refused client is blocked, even failing open")
 
+	// A page in the operator's browser cannot post to the API (the open
+	// loopback one above all): cross-origin requests that change state
+	// are refused, whatever token a browser might hold.
+	_, open := startServe(t, t.TempDir())
+	for _, path := range []string{"/v1/traces", "/v1/approvals/x", "/v1/guard/check"} {
+		req, err := http.NewRequest("POST", open+path, strings.NewReader(trace))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Origin", "https://evil.example")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-site POST to %s", path)
+	}
+
 	// Mutual TLS: no client certificate, no connection.
 	mdir := t.TempDir()
 	for _, f := range []string{"ca.pem", "server.pem", "server-key.pem"} {

@@ -74,8 +74,9 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 
 	_, err := nats.Connect(anon)
 	require.Error(t, err, "no anonymous client")
-	r := troy(t, dir, "provision", "--nats-url", url("operator"))
+	r := troy(t, dir, "provision", "--nats-url", url("operator"), "--policy", policy)
 	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "pushed "+policy+" as the latest version of")
 	r = troy(t, dir, "ledger", "keygen", "--name", "nats-e2e", "-o", "ledger.key")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ledger.pub"), []byte(r.stdout), 0o644))
@@ -83,7 +84,7 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 	for _, target := range []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter", "guard", "streamer", "checkpointer", "agent-runner"} {
 		extra := []string{"--no-provision"}
 		switch target {
-		case "ingest", "evaluator", "guard", "streamer": // the services that push serve's --policy
+		case "ingest", "evaluator", "guard", "streamer": // the services that default to serve's --policy (the operator pushed it)
 			extra = append(extra, "--policy", policy)
 		case "checkpointer":
 			extra = append(extra, "--ledger-key", "ledger.key", "--checkpoint-interval", "100ms")
@@ -129,6 +130,14 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 	r = troy(t, dir, "policies", "push", policy, "--nats-url", url("audit"), "--no-provision")
 	assert.NotEqual(t, 0, r.code, "an audit client cannot replace a policy")
 	assert.Contains(t, strings.ToLower(r.stderr), "permissions violation", r.stderr)
+	weak := filepath.Join(dir, "weak.yaml")
+	require.NoError(t, os.WriteFile(weak, []byte("policy_id: troy-examples\nrules:\n  - rule_id: nothing\n    description: never fires\n    severity: low\n    condition: \"false\"\n"), 0o644))
+	r = troy(t, dir, "serve", "--target", "evaluator", "--policy", weak, "--nats-url", url("evaluator"), "--no-provision", "--http-addr", "127.0.0.1:0")
+	assert.NotEqual(t, 0, r.code, "a service cannot repoint a policy id either")
+	assert.Contains(t, r.stderr, "an operator pushes it first", r.stderr)
+	r = troy(t, dir, "audit-batch", traces, weak, "--out-dir", "weak", "--nats-url", url("audit"), "--no-provision", "--timeout", "20s")
+	assert.NotEqual(t, 0, r.code, "nor can an audit client bring its own version")
+	assert.Contains(t, r.stderr, "an operator pushes it first", r.stderr)
 	assert.True(t, refused(t, url("audit"), "troy.graph.live"), "nor publish past ingest's validation")
 	assert.True(t, refused(t, url("audit"), "$JS.API.STREAM.PURGE.TROY_DLQ"), "nor purge the dead letters")
 	// each service's user is refused another service's subject

@@ -47,7 +47,8 @@ type globalFlags struct {
 }
 
 func (g *globalFlags) client(name string) bus.ClientConfig {
-	return bus.ClientConfig{URL: g.natsURL, Creds: g.creds, TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, Name: name}
+	return bus.ClientConfig{URL: g.natsURL, Creds: g.creds, TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, Name: name,
+		Password: os.Getenv("TROY_NATS_PASSWORD")}
 }
 
 func (g *globalFlags) logger(stderr io.Writer, defaultLevel string) (zerolog.Logger, error) {

@@ -268,5 +268,9 @@ func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig, tokens 
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", tokens.Require(httpauth.Read, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
-	return mux
+	// A web page the operator visits may not post to the API from the
+	// browser (the open loopback API above all: a forged approval or
+	// trace): cross-origin browser requests that change state are
+	// refused; clients that are not browsers send no such headers.
+	return http.NewCrossOriginProtection().Handler(mux)
 }

@@ -111,7 +111,7 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 		// pushed before any service starts, so its id resolves everywhere
 		store, err := policystore.Open(pctx, s.js)
 		if err == nil {
-			_, err = store.Push(pctx, cfg.policy.Policy())
+			_, err = store.Ensure(pctx, cfg.policy.Policy(), true)
 		}
 		if err != nil {
 			s.closeConn()

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/troy-audit/troy/pipelines"
@@ -55,40 +53,58 @@ Without --nats-url it connects to troy serve's default, nats://127.0.0.1:4222.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverNewPolicy}
+			// Read by direct gets, not a consumer: a SIEM's user may then
+			// only read (it cannot create, change or delete the consumers
+			// on this stream, the forwarders' among them).
+			filter := filters[0]
+			if len(filters) > 1 {
+				filter = "troy.violations.>"
+			}
+			var from bus.DirectFrom
 			if since > 0 {
-				start := time.Now().Add(-since)
-				cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+				from.Since = time.Now().Add(-since)
+			} else {
+				st, err := js.Stream(ctx, ViolationsStream)
+				if err != nil {
+					return codeError{exitError, fmt.Errorf("read %s: %w (is troy serve running against this server?)", ViolationsStream, err)}
+				}
+				from.Seq = st.CachedInfo().State.LastSeq + 1
 			}
-			cons, err := js.OrderedConsumer(ctx, ViolationsStream, cfg)
-			if err != nil {
-				return codeError{exitError, fmt.Errorf("read %s: %w (is troy serve running against this server?)", ViolationsStream, err)}
-			}
-			it, err := cons.Messages()
-			if err != nil {
-				return codeError{exitError, err}
-			}
-			context.AfterFunc(ctx, it.Stop)
-			out := cmd.OutOrStdout()
-			for n := 0; limit == 0 || n < limit; n++ {
-				m, err := it.Next()
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			var failing time.Time
+			for n := 0; limit == 0 || n < limit; {
+				batch, next, err := bus.DirectRead(ctx, nc, ViolationsStream, filter, from, 256)
+				if ctx.Err() != nil {
 					return nil
 				}
-				if err != nil {
-					return codeError{exitError, err}
+				if err != nil { // a node going away: try again for a while
+					if failing.IsZero() {
+						failing = time.Now()
+					} else if time.Since(failing) > 30*time.Second {
+						return codeError{exitError, err}
+					}
+				} else {
+					failing = time.Time{}
 				}
-				if jsonOut {
-					fmt.Fprintln(out, string(m.Data()))
-					continue
+				if next > 0 {
+					from = bus.DirectFrom{Seq: next}
 				}
-				var f ocsf.Finding
-				if err := json.Unmarshal(m.Data(), &f); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "troy: skipping a malformed finding on %s: %v\n", m.Subject(), err)
-					continue
+				for _, m := range batch {
+					if limit > 0 && n >= limit {
+						break
+					}
+					if !slices.ContainsFunc(filters, func(f string) bool { return bus.SubjectMatches(f, m.Subject) }) {
+						continue
+					}
+					n++
+					printFinding(cmd, m, jsonOut)
 				}
-				fmt.Fprintf(out, "%s %-8s %s trace=%v step=%v agent=%v  %s\n", time.UnixMilli(f.Time).UTC().Format(time.RFC3339),
-					f.Severity, f.FindingInfo.Analytic.UID, f.Unmapped["trace_id"], f.Unmapped["step_id"], f.Unmapped["agent_name"], f.FindingInfo.Desc)
+				if len(batch) == 0 || err != nil {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(250 * time.Millisecond):
+					}
+				}
 			}
 			return nil
 		},
@@ -101,6 +117,21 @@ Without --nats-url it connects to troy serve's default, nats://127.0.0.1:4222.`,
 	fl.IntVar(&limit, "limit", 0, "stop after this many findings (0: run until interrupted)")
 	cmd.AddCommand(tail)
 	return cmd
+}
+
+func printFinding(cmd *cobra.Command, m bus.Stored, jsonOut bool) {
+	out := cmd.OutOrStdout()
+	if jsonOut {
+		fmt.Fprintln(out, string(m.Data))
+		return
+	}
+	var f ocsf.Finding
+	if err := json.Unmarshal(m.Data, &f); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "troy: skipping a malformed finding on %s: %v\n", m.Subject, err)
+		return
+	}
+	fmt.Fprintf(out, "%s %-8s %s trace=%v step=%v agent=%v  %s\n", time.UnixMilli(f.Time).UTC().Format(time.RFC3339),
+		f.Severity, f.FindingInfo.Analytic.UID, f.Unmapped["trace_id"], f.Unmapped["step_id"], f.Unmapped["agent_name"], f.FindingInfo.Desc)
 }
 
 // violationFilters turns --severity and --rule into subject filters.

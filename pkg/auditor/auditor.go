@@ -102,7 +102,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 	if err != nil {
 		return nil, err
 	}
-	if _, err := store.Put(ctx, cfg.Policy.Policy()); err != nil {
+	if _, err := store.Ensure(ctx, cfg.Policy.Policy(), false); err != nil {
 		return nil, err
 	}
 	outcomes, err := js.Stream(ctx, OutcomesStream)

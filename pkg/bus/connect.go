@@ -21,12 +21,27 @@ type ClientConfig struct {
 	Name      string // connection name shown by the server
 	Timeout   time.Duration
 	Reconnect bool // keep retrying when the server goes away (services)
+	// Password of the user the URL names (nats://USER@host), kept out of
+	// the URL so it shows in no process list (TROY_NATS_PASSWORD).
+	Password string
 }
 
 // Validate checks the configuration.
 func (c ClientConfig) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("NATS TLS: give both --nats-tls-cert and --nats-tls-key, or neither")
+	}
+	if c.Password != "" {
+		if urlUser(c.URL) == "" {
+			return fmt.Errorf("a NATS password is set (TROY_NATS_PASSWORD) but %s names no user: use nats://USER@host:4222", RedactURL(c.URL))
+		}
+		for _, p := range strings.Split(c.URL, ",") {
+			if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+				if _, has := u.User.Password(); has {
+					return errors.New("the NATS password is given twice, in the URL and in TROY_NATS_PASSWORD: keep it out of the URL")
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -37,6 +52,11 @@ func Connect(cfg ClientConfig) (*nats.Conn, error) {
 		return nil, err
 	}
 	opts := Options(cfg)
+	dial := cfg.URL
+	if cfg.Password != "" {
+		opts = append(opts, nats.UserInfo(urlUser(cfg.URL), cfg.Password))
+		dial = withoutUser(cfg.URL)
+	}
 	if cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Creds))
 	}
@@ -46,7 +66,7 @@ func Connect(cfg ClientConfig) (*nats.Conn, error) {
 	if cfg.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
 	}
-	nc, err := nats.Connect(cfg.URL, opts...)
+	nc, err := nats.Connect(dial, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? check --nats-url / NATS_URL)", RedactURL(cfg.URL), err)
 	}
@@ -100,6 +120,19 @@ func IsInbox(reply string) bool {
 // user subscribe to its own).
 func InboxPrefix(user string) string { return "_INBOX_" + user }
 
+// withoutUser drops the user from each server URL (nats.go would take a
+// user without a password for a token).
+func withoutUser(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
 // urlUser is the user named in the first server URL, "" when none.
 func urlUser(urls string) string {
 	first, _, _ := strings.Cut(urls, ",")
@@ -123,4 +156,26 @@ func JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return js, nil
+}
+
+// IsPermissionDenied reports whether the server refused an operation to
+// this connection's user.
+func IsPermissionDenied(err error) bool {
+	return err != nil && (errors.Is(err, nats.ErrPermissionViolation) ||
+		strings.Contains(strings.ToLower(err.Error()), "permissions violation"))
+}
+
+// Refused turns a publish that timed out into the server's refusal when
+// that is why: a publish the user may not make gets no answer, only an
+// asynchronous error on the connection, so without this the caller would
+// report a timeout. subject is (a prefix of) the subject published.
+func Refused(nc *nats.Conn, err error, subject string) error {
+	if err == nil || IsPermissionDenied(err) || nc == nil {
+		return err
+	}
+	last := nc.LastError()
+	if IsPermissionDenied(last) && strings.Contains(last.Error(), `Publish to "`+subject) {
+		return fmt.Errorf("%w (%w)", last, err)
+	}
+	return err
 }

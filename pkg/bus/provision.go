@@ -2,11 +2,13 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pipelines"
@@ -76,22 +78,46 @@ func Provision(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topo
 // consumer and bucket of the topology is there: what a process whose user
 // may not provision (troy provision is an operator's) does at start.
 func CheckTopology(ctx context.Context, js jetstream.JetStream, topo *pipelines.Topology) error {
-	missing := func(what string, err error) error {
-		return fmt.Errorf("the topology is not in place: %s: %w (an operator runs troy provision; a request that times out may be one this user is not allowed)", what, err)
+	missing := func(what string) error {
+		return fmt.Errorf("the topology is not in place: %s is missing (an operator runs troy provision)", what)
+	}
+	failed := func(what string, err error) error {
+		return fmt.Errorf("the topology cannot be checked: %s: %w (a request that times out may be one this user is not allowed)", what, err)
+	}
+	// by the name lists, which every user may read (a user may not be
+	// allowed the details of streams it does not use)
+	names := func(l jetstream.StreamNameLister) (map[string]bool, error) {
+		out := map[string]bool{}
+		for n := range l.Name() {
+			out[n] = true
+		}
+		return out, l.Err()
+	}
+	streams, err := names(js.StreamNames(ctx))
+	if err != nil {
+		return failed("listing streams", err)
 	}
 	for _, s := range topo.Streams {
-		if _, err := js.Stream(ctx, s.Name); err != nil {
-			return missing("stream "+s.Name, err)
-		}
-	}
-	for _, c := range topo.Durables() {
-		if _, err := js.Consumer(ctx, c.Stream, c.Name); err != nil {
-			return missing("consumer "+c.Stream+"/"+c.Name, err)
+		if !streams[s.Name] {
+			return missing("stream " + s.Name)
 		}
 	}
 	for _, b := range topo.Buckets {
-		if _, err := js.KeyValue(ctx, b.Name); err != nil {
-			return missing("bucket "+b.Name, err)
+		if !streams["KV_"+b.Name] {
+			return missing("bucket " + b.Name)
+		}
+	}
+	consumers := map[string]map[string]bool{}
+	for _, c := range topo.Durables() {
+		if consumers[c.Stream] == nil {
+			set, err := consumerNames(ctx, js.Conn(), c.Stream)
+			if err != nil {
+				return failed("listing the consumers of "+c.Stream, err)
+			}
+			consumers[c.Stream] = set
+		}
+		if !consumers[c.Stream][c.Name] {
+			return missing("consumer " + c.Stream + "/" + c.Name)
 		}
 	}
 	return nil
@@ -194,4 +220,36 @@ func serverMaxDeliver(n int) int {
 		return n
 	}
 	return n + 1
+}
+
+// consumerNames lists a stream's consumers by name (the stream's handle,
+// which jetstream would list them through, needs STREAM.INFO).
+func consumerNames(ctx context.Context, nc *nats.Conn, stream string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for {
+		req, _ := json.Marshal(map[string]int{"offset": len(out)})
+		m, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.NAMES."+stream, req)
+		if err != nil {
+			return nil, err
+		}
+		var resp struct {
+			Consumers []string `json:"consumers"`
+			Total     int      `json:"total"`
+			Error     *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			return nil, fmt.Errorf("consumer names of %s: %w", stream, err)
+		}
+		if resp.Error != nil {
+			return nil, fmt.Errorf("consumer names of %s: %s", stream, resp.Error.Description)
+		}
+		for _, n := range resp.Consumers {
+			out[n] = true
+		}
+		if len(resp.Consumers) == 0 || len(out) >= resp.Total {
+			return out, nil
+		}
+	}
 }

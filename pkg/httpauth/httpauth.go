@@ -19,6 +19,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Scopes.
@@ -48,16 +50,61 @@ func (t Token) Allows(scope string) bool {
 	return slices.Contains(t.Scopes, scope) || slices.Contains(t.Scopes, Admin)
 }
 
-// Tokens are the accepted tokens.
+// Tokens are the accepted tokens. Loaded from a file, they follow it: a
+// token added or removed there counts from the next request a second
+// later, without a restart, and a file edited into something invalid
+// lets nobody in until it is fixed.
 type Tokens struct {
 	list []Token
+
+	path    string
+	mu      sync.Mutex
+	checked time.Time // when the file was last looked at
+	stamp   fileStamp // what it was then
+	bad     error     // why the file as it is now cannot be used
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+// reloadEvery bounds how often a request looks at the tokens file.
+const reloadEvery = time.Second
+
+// current returns the tokens in force, reloading the file when it changed.
+func (ts *Tokens) current() ([]Token, error) {
+	if ts.path == "" {
+		return ts.list, nil
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if time.Since(ts.checked) < reloadEvery {
+		return ts.list, ts.bad
+	}
+	ts.checked = time.Now()
+	st, err := os.Stat(ts.path)
+	if err != nil {
+		ts.bad = fmt.Errorf("tokens file: %w", err)
+		return nil, ts.bad
+	}
+	if (fileStamp{st.ModTime(), st.Size()}) == ts.stamp && ts.bad == nil {
+		return ts.list, nil
+	}
+	fresh, err := Load(ts.path)
+	if err != nil {
+		ts.bad = err
+		return nil, err
+	}
+	ts.list, ts.stamp, ts.bad = fresh.list, fresh.stamp, nil
+	return ts.list, nil
 }
 
 // Len is how many tokens there are.
-func (ts *Tokens) Len() int { return len(ts.list) }
+func (ts *Tokens) Len() int { l, _ := ts.current(); return len(l) }
 
 // Names lists the tokens' names and scopes (never the tokens).
-func (ts *Tokens) Names() []Token { return slices.Clone(ts.list) }
+func (ts *Tokens) Names() []Token { l, _ := ts.current(); return slices.Clone(l) }
 
 // Load reads a tokens file: one token a line, "NAME SCOPE[,SCOPE…]
 // sha256:HEX"; blank lines and lines starting with # are skipped.
@@ -70,7 +117,10 @@ func Load(path string) (*Tokens, error) {
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o022 != 0 {
 		return nil, fmt.Errorf("tokens file %s is writable by others (%v): chmod go-w %s", path, st.Mode().Perm(), path)
 	}
-	ts := &Tokens{}
+	ts := &Tokens{path: path, checked: time.Now()}
+	if st, err := os.Stat(path); err == nil {
+		ts.stamp = fileStamp{st.ModTime(), st.Size()}
+	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -174,14 +224,14 @@ func Append(path, name string, scopes []string) (string, error) {
 }
 
 // lookup finds the token a request presents.
-func (ts *Tokens) lookup(r *http.Request) (Token, bool) {
+func lookup(list []Token, r *http.Request) (Token, bool) {
 	auth := r.Header.Get("Authorization")
 	secret, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || secret == "" {
 		return Token{}, false
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(secret)))
-	for _, t := range ts.list {
+	for _, t := range list {
 		if subtle.ConstantTimeCompare(sum[:], t.hash) == 1 {
 			return t, true
 		}
@@ -197,7 +247,12 @@ func (ts *Tokens) Require(scope string, next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, ok := ts.lookup(r)
+		list, err := ts.current()
+		if err != nil { // fail closed, and say why to whoever looks
+			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: "+err.Error())
+			return
+		}
+		t, ok := lookup(list, r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="troy"`)
 			problem(w, http.StatusUnauthorized, "send a token: Authorization: Bearer <token> (troy tokens add makes one)")

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,4 +84,44 @@ func TestTokensFileErrorsSayWhere(t *testing.T) {
 	require.NoError(t, os.Chmod(open, 0o666))
 	_, err = httpauth.Load(open)
 	assert.ErrorContains(t, err, "writable by others", "whoever may write it may let themselves in")
+}
+
+// A token removed from the file stops working without a restart, one
+// added starts, and a file edited into nonsense lets nobody in.
+func TestTokensFollowTheirFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	first, err := httpauth.Append(file, "first", []string{httpauth.Guard})
+	require.NoError(t, err)
+	ts, err := httpauth.Load(file)
+	require.NoError(t, err)
+	h := ts.Require(httpauth.Guard, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	code := func(token string) (int, string) {
+		req := httptest.NewRequest(http.MethodPost, "/v1/guard/check", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	c, _ := code(first)
+	require.Equal(t, http.StatusNoContent, c)
+
+	// replace the file: a second token only
+	next := filepath.Join(dir, "next")
+	second, err := httpauth.Append(next, "second", []string{httpauth.Guard})
+	require.NoError(t, err)
+	require.NoError(t, os.Rename(next, file))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, _ := code(first)
+		assert.Equal(c, http.StatusUnauthorized, got, "the removed token")
+	}, 5*time.Second, 100*time.Millisecond)
+	c, _ = code(second)
+	assert.Equal(t, http.StatusNoContent, c, "the added token")
+
+	require.NoError(t, os.WriteFile(file, []byte("second guard not-a-hash\n"), 0o600))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, body := code(second)
+		assert.Equal(c, http.StatusServiceUnavailable, got, "a broken file lets nobody in")
+		assert.Contains(c, body, "tokens file cannot be used")
+	}, 5*time.Second, 100*time.Millisecond)
 }

@@ -38,6 +38,8 @@ type User struct {
 	// Responses lets it answer requests sent to it (the guard, cancels).
 	Responses bool
 	All       bool // the operator: no restriction
+
+	info []string // streams a client may inspect; nil for a service (all)
 }
 
 // Users lists every user: each component of troy serve, the client roles
@@ -47,9 +49,19 @@ func Users(topo *pipelines.Topology) []User {
 	add := func(name string, u User) {
 		u.Name = name
 		u.Subscribe = append(u.Subscribe, bus.InboxPrefix(name)+".>")
-		u.Publish = append(u.Publish, "$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.INFO.>")
-		// the policy store every troy serve watches (the buckets and
-		// streams its HTTP API opens need only STREAM.INFO)
+		// the name lists troy's topology check reads (names only)
+		u.Publish = append(u.Publish, "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.CONSUMER.NAMES.>")
+		if u.info != nil {
+			u.info = append(u.info, "KV_troy_policies")
+		}
+		if u.info == nil { // a service: the buckets and streams its HTTP API opens need STREAM.INFO
+			u.Publish = append(u.Publish, "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.INFO.>")
+		}
+		for _, s := range u.info {
+			u.Publish = append(u.Publish, "$JS.API.STREAM.INFO."+s, "$JS.API.CONSUMER.INFO."+s+".>")
+		}
+		// the policy store every troy serve watches and clients check;
+		// only the operator writes it
 		u.Publish = append(u.Publish, kvRead("troy_policies", true)...)
 		u.Deny = append(u.Deny, sealed...)
 		slices.Sort(u.Publish)
@@ -81,34 +93,37 @@ func Users(topo *pipelines.Topology) []User {
 		}
 		return u
 	}
-	policyWrite := []string{"$KV.troy_policies.>"} // serve --policy pushes its policy at start
 	ingestHTTP := slices.Concat([]string{"troy.ingest.>"}, streamRead("TROY_STEPS"), kvWrite("troy_streams"))
 
-	add("ingest", join(stage("ingest", "trace", "rejected"), ingestHTTP, policyWrite)) // streams over HTTP with serve's --policy
+	add("ingest", join(stage("ingest", "trace", "rejected"), ingestHTTP)) // streams over HTTP with serve's --policy
 	add("graph", stage("graph", "graph"))
-	add("evaluator", join(stage("evaluator", "eval", "violations"), policyWrite))
+	add("evaluator", stage("evaluator", "eval", "violations"))
 	add("explainer", join(stage("explainer", "explain"), kvWrite("troy_explanations")))
 	add("scorer", stage("scorer", "score"))
 	add("reporter", join(stage("reporter", "report"), kvWrite("troy_join"), []string{"$JS.API.STREAM.PURGE.KV_troy_join"}, ledgerWriter("reporter.>")))
-	add("streamer", join(stage("streamer", "ingest", "violations"), ingestHTTP, policyWrite, orderedConsumer("TROY_STEPS"),
+	add("streamer", join(stage("streamer", "ingest", "violations"), ingestHTTP, orderedConsumer("TROY_STEPS"),
 		[]string{"$JS.API.STREAM.PURGE.TROY_STEPS"}))
 	add("guard", User{Subscribe: []string{"troy.guard.check"}, Responses: true,
-		Publish: slices.Concat(kvWrite("troy_sessions"), policyWrite, ledgerWriter("guard.>"))})
+		Publish: slices.Concat(kvWrite("troy_sessions"), ledgerWriter("guard.>"))})
 	add("checkpointer", User{Publish: slices.Concat(orderedConsumer("LEDGER"), []string{"troy.checkpoints.ledger"}, streamRead("LEDGER_CHECKPOINTS"))})
 	runner := join(stage("agent-runner", "agent.events", "agent.result", "agent.approvals", "ingest"),
 		kvWrite("troy_agent_sessions"), kvWrite("troy_agent_spend"), kvWrite("troy_agent_approvals"), kvRead("troy_agent_approvals", true),
-		kvWrite("troy_streams"), policyWrite, ledgerWriter("*")) // a run's ledger is its id, one token
+		kvWrite("troy_streams"), ledgerWriter("*")) // a run's ledger is its id, one token
 	runner.Subscribe, runner.Responses = []string{"troy.agent.cancel.>"}, true
 	add("agent-runner", runner)
 	for _, f := range []string{"splunk", "syslog"} {
 		add(f, User{Publish: durable(f)})
 	}
 
-	// client roles
-	add(Audit, User{Publish: slices.Concat([]string{"troy.ingest.>", "$KV.troy_policies.v.>", "$JS.API.STREAM.PURGE.TROY_OUTCOMES"},
-		orderedConsumer("TROY_OUTCOMES"), orderedConsumer("TROY_DLQ"))})
-	add(SIEM, User{Publish: orderedConsumer("TROY_VIOLATIONS")})
-	add(GuardClient, User{Publish: slices.Concat([]string{"troy.guard.check"}, ledgerWriter("check.>"))})
+	// Client roles: no purge, no consumer deletes, only their own
+	// streams. An audit client submits whole traces (troy.ingest.<run>,
+	// not the streamed steps of TROY_STEPS) and reads its outcomes; a SIEM
+	// reads findings by direct gets and never touches a consumer (the
+	// forwarders' durables are on its stream); a guard client only asks.
+	add(Audit, User{Publish: slices.Concat([]string{"troy.ingest.*"}, orderedConsumer("TROY_OUTCOMES"), orderedConsumer("TROY_DLQ")),
+		info: []string{"TROY_OUTCOMES", "TROY_DLQ"}})
+	add(SIEM, User{Publish: streamRead("TROY_VIOLATIONS"), info: []string{"TROY_VIOLATIONS"}})
+	add(GuardClient, User{Publish: []string{"troy.guard.check"}, info: []string{}})
 	users = append(users, User{Name: Operator, All: true})
 	return users
 }
@@ -146,9 +161,11 @@ func kvWrite(bucket string) []string {
 }
 
 // orderedConsumer reads a stream through ordered consumers (their names
-// are random, so the grant is the stream's).
+// are random, so the grant is the stream's). No delete: one user's grant
+// would reach every consumer of the stream, and an ordered consumer left
+// behind goes away by itself once inactive.
 func orderedConsumer(stream string) []string {
-	return []string{"$JS.API.CONSUMER.CREATE." + stream + ".>", "$JS.API.CONSUMER.MSG.NEXT." + stream + ".>", "$JS.API.CONSUMER.DELETE." + stream + ".>"}
+	return []string{"$JS.API.CONSUMER.CREATE." + stream + ".>", "$JS.API.CONSUMER.MSG.NEXT." + stream + ".>"}
 }
 
 // ledgerWriter appends to the ledgers whose ids match (and reads them back

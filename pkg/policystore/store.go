@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/troy-audit/troy/pipelines"
@@ -35,6 +38,7 @@ var ErrNotFound = errors.New("policy not found")
 // Store reads and writes policy versions, compiling each hash once.
 type Store struct {
 	kv jetstream.KeyValue
+	nc *nats.Conn
 
 	mu      sync.RWMutex
 	engines map[string]*policy.Engine // by hash
@@ -45,11 +49,28 @@ type Store struct {
 
 // Open binds to the policies bucket.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
+	// An API request the server drops (a bucket without a leader yet, after
+	// a cluster restart) is never answered: each try is bounded, and tried
+	// again until ctx ends.
+	var kv jetstream.KeyValue
+	var err error
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err = js.KeyValue(tctx, Bucket)
+		cancel()
+		err = bus.Refused(js.Conn(), err, "$JS.API.STREAM.INFO.KV_"+Bucket)
+		if err == nil || errors.Is(err, jetstream.ErrBucketNotFound) || ctx.Err() != nil || bus.IsPermissionDenied(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("policy store: bucket %s: %w (was the topology provisioned?)", Bucket, err)
 	}
-	return &Store{kv: kv, engines: map[string]*policy.Engine{}, latest: map[string]string{}}, nil
+	return &Store{kv: kv, nc: js.Conn(), engines: map[string]*policy.Engine{}, latest: map[string]string{}}, nil
 }
 
 func versionKey(hash string) string { return versionPrefix + bus.PolicyKey(hash) }
@@ -68,7 +89,7 @@ func (s *Store) Put(ctx context.Context, p *policy.Policy) (string, error) {
 	}
 	h := p.Hash()
 	if _, err := s.kv.Put(ctx, versionKey(h), b); err != nil {
-		return "", fmt.Errorf("policy store: put %s: %w", h, err)
+		return "", fmt.Errorf("policy store: put %s: %w", h, bus.Refused(s.nc, err, "$KV."+Bucket+"."))
 	}
 	return h, nil
 }
@@ -81,11 +102,50 @@ func (s *Store) Push(ctx context.Context, p *policy.Policy) (string, error) {
 		return "", err
 	}
 	if _, err := s.kv.PutString(ctx, latestKey(p.PolicyID), h); err != nil {
-		return "", fmt.Errorf("policy store: point %s at %s: %w", p.PolicyID, h, err)
+		return "", fmt.Errorf("policy store: point %s at %s: %w", p.PolicyID, h, bus.Refused(s.nc, err, "$KV."+Bucket+"."))
 	}
 	s.mu.Lock()
 	s.latest[p.PolicyID] = h
 	s.mu.Unlock()
+	return h, nil
+}
+
+// Ensure makes the store hold p's version, writing only what is missing:
+// with latest, also as the latest version of its policy id. A user that
+// may only read the store (only the operator writes policies) passes when
+// an operator has pushed this version, and is told how to when not.
+func (s *Store) Ensure(ctx context.Context, p *policy.Policy, latest bool) (string, error) {
+	h := p.Hash()
+	_, err := s.ByHash(ctx, h)
+	missing := err != nil
+	if !missing && latest {
+		var cur jetstream.KeyValueEntry
+		cur, err = s.kv.Get(ctx, latestKey(p.PolicyID))
+		missing = err != nil || string(cur.Value()) != h
+	}
+	if !missing {
+		return h, nil
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, jetstream.ErrKeyNotFound) || err == nil {
+		// a write the user may not make is never answered: bounded
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if latest {
+			_, err = s.Push(wctx, p)
+		} else {
+			_, err = s.Put(wctx, p)
+		}
+		cancel()
+	}
+	if bus.IsPermissionDenied(err) {
+		what := "is not in the store"
+		if latest {
+			what = "is not the latest of policy " + strconv.Quote(p.PolicyID) + " in the store"
+		}
+		return "", fmt.Errorf("policy %s %s, and this NATS user may not write policies: an operator pushes it first (troy policies push FILE, or troy provision --policy FILE): %w", h, what, err)
+	}
+	if err != nil {
+		return "", err
+	}
 	return h, nil
 }
 
