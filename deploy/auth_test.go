@@ -3,6 +3,8 @@ package deploy
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,4 +205,82 @@ func TestClientsCannotWeakenSilenceOrForge(t *testing.T) {
 	_, err = client.Ensure(ctx, &weak, false)
 	require.Error(t, err, "a client cannot store its own version")
 	assert.Contains(t, err.Error(), "an operator pushes it first")
+}
+
+// The deployment's three nodes, as deploy/nats/nats-N.conf configure
+// them, form their cluster with the route password troy nats-config
+// writes; a process that reaches the cluster port without it does not
+// join (a node sees every message, past every permission).
+func TestOnlyNodesWithTheRoutePasswordJoinTheCluster(t *testing.T) {
+	dir := t.TempDir()
+	topo, err := pipelines.Load()
+	require.NoError(t, err)
+	for _, u := range natsauth.Users(topo) {
+		t.Setenv(natsauth.EnvName(u.Name), u.Name+"-secret")
+	}
+	auth, err := os.ReadFile("nats/auth.conf")
+	require.NoError(t, err)
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+	cluster, err := natsauth.ClusterConfig(routes, "route-secret")
+	require.NoError(t, err)
+	start := func(conf string) *server.Server {
+		opts, err := server.ProcessConfigFile(conf)
+		require.NoError(t, err)
+		opts.NoSigs, opts.NoLog = true, true
+		srv, err := server.NewServer(opts)
+		require.NoError(t, err)
+		go srv.Start()
+		t.Cleanup(srv.Shutdown)
+		require.True(t, srv.ReadyForConnections(10*time.Second))
+		return srv
+	}
+	var nodes []*server.Server
+	for i, p := range ports {
+		node := filepath.Join(dir, fmt.Sprintf("nats-%d", i+1))
+		require.NoError(t, os.MkdirAll(node, 0o700))
+		b, err := os.ReadFile(fmt.Sprintf("nats/nats-%d.conf", i+1))
+		require.NoError(t, err)
+		conf := strings.NewReplacer("listen: 0.0.0.0:4222", "listen: 127.0.0.1:-1", "http: 0.0.0.0:8222", "",
+			"store_dir: /data", "store_dir: \""+filepath.Join(node, "js")+"\"", "listen: 0.0.0.0:6222", fmt.Sprintf("listen: 127.0.0.1:%d", p)).Replace(string(b))
+		require.NotContains(t, conf, "0.0.0.0", "every address of the node's config was moved to loopback")
+		for name, body := range map[string]string{"nats.conf": conf, "auth.conf": string(auth), "cluster.conf": cluster} {
+			require.NoError(t, os.WriteFile(filepath.Join(node, name), []byte(body), 0o600))
+		}
+		nodes = append(nodes, start(filepath.Join(node, "nats.conf")))
+	}
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if n.NumRoutes() < 2 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 100*time.Millisecond, "the three nodes form a cluster")
+
+	for _, creds := range []string{"", "route:wrong@"} {
+		intruder := filepath.Join(dir, "intruder"+creds[:min(len(creds), 5)])
+		require.NoError(t, os.MkdirAll(intruder, 0o700))
+		conf := fmt.Sprintf("listen: 127.0.0.1:-1\ncluster {\n  name: troy\n  listen: 127.0.0.1:-1\n  routes: [\"nats-route://%s%s\"]\n}\n", creds, routes[0])
+		require.NoError(t, os.WriteFile(filepath.Join(intruder, "nats.conf"), []byte(conf), 0o600))
+		in := start(filepath.Join(intruder, "nats.conf"))
+		time.Sleep(2 * time.Second)
+		assert.Zero(t, in.NumRoutes(), "a server without the route password (%q) does not join", creds)
+		rz, err := nodes[0].Routez(nil)
+		require.NoError(t, err)
+		for _, r := range rz.Routes {
+			assert.NotEqual(t, in.ID(), r.RemoteID, "nor does the node count it")
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -17,15 +17,18 @@ import (
 func newNATSConfigCmd() *cobra.Command {
 	var out string
 	var fromEnv bool
+	var routes []string
 	cmd := &cobra.Command{
 		Use:   "nats-config --out DIR",
 		Short: "Write NATS users for troy: one a service, client roles (audit, siem, guard-client), an operator",
 		Long: `Write DIR/auth.conf, a nats-server authorization block (include it in the
 server's config, or give it to troy serve --nats-auth), DIR/credentials, each
 user's password (0600; auth.conf keeps bcrypt hashes), and DIR/compose.env, the
-same as TROY_NATS_PW_<USER>=… for docker compose --env-file. With --from-env,
+same as TROY_NATS_PW_<USER>=… for docker compose --env-file, and
+DIR/cluster.conf, the routes of a cluster (--routes) and the password a node
+logs in with to join (deploy/nats/nats-N.conf include it). With --from-env,
 auth.conf reads every password from the server's environment instead (what
-deploy/nats/auth.conf is).
+deploy/nats/auth.conf is), and no cluster.conf is written.
 
 Each service's user may read its own consumer, publish its own outputs and use
 its own buckets, nothing else; services then run with --no-provision, and the
@@ -64,7 +67,17 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 			if err := os.MkdirAll(out, 0o700); err != nil {
 				return codeError{exitError, err}
 			}
-			for name, body := range map[string]string{"auth.conf": conf, "credentials": creds.String(), "compose.env": env.String()} {
+			files := map[string]string{"auth.conf": conf, "credentials": creds.String(), "compose.env": env.String()}
+			if !fromEnv && len(routes) > 0 {
+				raw := make([]byte, 24)
+				if _, err := rand.Read(raw); err != nil {
+					return err
+				}
+				if files["cluster.conf"], err = natsauth.ClusterConfig(routes, base64.RawURLEncoding.EncodeToString(raw)); err != nil {
+					return err
+				}
+			}
+			for name, body := range files {
 				if err := os.WriteFile(filepath.Join(out, name), []byte(body), 0o600); err != nil {
 					return codeError{exitError, err}
 				}
@@ -75,6 +88,7 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the folder to write auth.conf, credentials and compose.env to")
+	cmd.Flags().StringSliceVar(&routes, "routes", []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"}, "the cluster's nodes (host:port of their cluster listeners), for cluster.conf; empty: none")
 	cmd.Flags().BoolVar(&fromEnv, "from-env", false, "auth.conf reads the passwords from the server's environment (TROY_NATS_PW_<USER>) instead of holding hashes")
 	return cmd
 }

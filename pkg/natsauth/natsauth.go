@@ -233,3 +233,23 @@ func list(subjects []string) string {
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }
+
+// ClusterConfig renders the inside of a nats-server cluster block: the
+// user every route logs in as and the routes to dial with it, so no
+// process that can reach the cluster port joins as a node (and sees
+// every message, past every permission). routes are host:port; a node's
+// route to itself is ignored by the server.
+func ClusterConfig(routes []string, password string) (string, error) {
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("# troy's cluster routes, written by troy nats-config: a node logs in to join. Keep this file secret.\n")
+	fmt.Fprintf(&b, "authorization {\n  user: \"route\"\n  password: %q\n}\nroutes: [\n", string(hash))
+	for _, r := range routes {
+		fmt.Fprintf(&b, "  %q\n", "nats-route://route:"+password+"@"+r)
+	}
+	b.WriteString("]\n")
+	return b.String(), nil
+}
