@@ -19,6 +19,7 @@ import (
 
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
 	"github.com/troy-audit/troy/pkg/ledger"
 	"github.com/troy-audit/troy/pkg/natsauth"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -108,15 +109,7 @@ func authServer(t *testing.T) (*server.Server, *pipelines.Topology, func(user, p
 	for _, u := range natsauth.Users(topo) {
 		t.Setenv(natsauth.EnvName(u.Name), u.Name+"-secret")
 	}
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-
+	srv := bustest.RunConfig(t, conf)
 	return srv, topo, func(user, password string) jetstream.JetStream {
 		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)))
 		require.NoError(t, err)
@@ -130,22 +123,7 @@ func authServer(t *testing.T) (*server.Server, *pipelines.Topology, func(user, p
 // refused publishes as user and reports whether the server refused it.
 func refused(t *testing.T, srv *server.Server, user, subject string) bool {
 	t.Helper()
-	errs := make(chan error, 4)
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, user+"-secret"),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-	require.NoError(t, err)
-	defer nc.Close()
-	m := nats.NewMsg(subject)
-	m.Header.Set("Nats-Rollup", "all")
-	m.Data = []byte("{}")
-	require.NoError(t, nc.PublishMsg(m))
-	require.NoError(t, nc.Flush())
-	select {
-	case err := <-errs:
-		return strings.Contains(err.Error(), "Permissions Violation")
-	case <-time.After(time.Second):
-		return false
-	}
+	return bustest.Refused(t, subject, srv.ClientURL(), nats.UserInfo(user, user+"-secret"))
 }
 
 // What the security review found a client or a service could still do
@@ -227,17 +205,7 @@ func TestOnlyNodesWithTheRoutePasswordJoinTheCluster(t *testing.T) {
 	}
 	cluster, err := natsauth.ClusterConfig(routes, "route-secret")
 	require.NoError(t, err)
-	start := func(conf string) *server.Server {
-		opts, err := server.ProcessConfigFile(conf)
-		require.NoError(t, err)
-		opts.NoSigs, opts.NoLog = true, true
-		srv, err := server.NewServer(opts)
-		require.NoError(t, err)
-		go srv.Start()
-		t.Cleanup(srv.Shutdown)
-		require.True(t, srv.ReadyForConnections(10*time.Second))
-		return srv
-	}
+	start := func(conf string) *server.Server { return bustest.RunConfig(t, conf) }
 	var nodes []*server.Server
 	for i, p := range ports {
 		node := filepath.Join(dir, fmt.Sprintf("nats-%d", i+1))

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/troy-audit/troy/pkg/bus/bustest"
 )
 
 // natsWithUsers runs nats-server with the users troy nats-config wrote and
@@ -23,14 +23,7 @@ func natsWithUsers(t *testing.T, dir string) (url func(user string) string, anon
 	require.Equal(t, 0, r.code, r.stderr)
 	conf := filepath.Join(dir, "nats", "server.conf")
 	require.NoError(t, os.WriteFile(conf, []byte("listen: 127.0.0.1:-1\nmax_payload: 16MB\njetstream { store_dir: \""+filepath.Join(dir, "js")+"\" }\ninclude ./auth.conf\n"), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second))
+	srv := bustest.RunConfig(t, conf)
 	creds, err := os.ReadFile(filepath.Join(dir, "nats", "credentials"))
 	require.NoError(t, err)
 	pw := map[string]string{}
@@ -46,21 +39,11 @@ func natsWithUsers(t *testing.T, dir string) (url func(user string) string, anon
 	}, srv.ClientURL()
 }
 
-// refused publishes as user and reports whether the server refused it.
+// refused publishes as the user url names and reports whether the
+// server refused it.
 func refused(t *testing.T, url, subject string) bool {
 	t.Helper()
-	errs := make(chan error, 4)
-	nc, err := nats.Connect(url, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-	require.NoError(t, err)
-	defer nc.Close()
-	require.NoError(t, nc.Publish(subject, []byte("{}")))
-	require.NoError(t, nc.Flush())
-	select {
-	case err := <-errs:
-		return strings.Contains(err.Error(), "Permissions Violation")
-	case <-time.After(time.Second):
-		return false
-	}
+	return bustest.Refused(t, subject, url)
 }
 
 // Every service under its own NATS user (troy nats-config), provisioned by

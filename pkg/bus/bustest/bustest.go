@@ -4,13 +4,16 @@ package bustest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/natsembed"
@@ -77,4 +80,42 @@ func ProvisionedWith(t testing.TB, cfg natsembed.Config) (*Server, bus.Deps) {
 		t.Fatalf("bustest: provision: %v", err)
 	}
 	return s, deps
+}
+
+// Refused publishes subject as the client opts describe and reports
+// whether the server refused it for the user's permissions. The message
+// carries a rollup header: a grant that would let it through would let
+// the user wipe what the subject's stream holds.
+func Refused(t testing.TB, subject, url string, opts ...nats.Option) bool {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc, err := nats.Connect(url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))...)
+	require.NoError(t, err)
+	defer nc.Close()
+	m := nats.NewMsg(subject)
+	m.Header.Set("Nats-Rollup", "all")
+	m.Data = []byte("{}")
+	require.NoError(t, nc.PublishMsg(m))
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-errs:
+		return strings.Contains(err.Error(), "Permissions Violation")
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// RunConfig runs a NATS server from a nats-server config file (a
+// deployment's own, users and all).
+func RunConfig(t testing.TB, conf string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	return srv
 }
