@@ -35,13 +35,14 @@ func TestDockerComposeMatchesTheRegistry(t *testing.T) {
 		_, ok := lookupComponent(target)
 		assert.True(t, ok, "compose service %s runs unknown target %q", name, target)
 		composed = append(composed, target)
-		assert.True(t, strings.HasPrefix(svc.Environment["NATS_URL"], "nats://"+target+":"), "compose service %s connects as its own NATS user: %s", name, svc.Environment["NATS_URL"])
+		assert.True(t, strings.HasPrefix(svc.Environment["NATS_URL"], "nats://"+target+"@"), "compose service %s connects as its own NATS user: %s", name, svc.Environment["NATS_URL"])
+		assert.True(t, strings.HasPrefix(svc.Environment["TROY_NATS_PASSWORD"], "${"+natsauth.EnvName(target)+":"), "with its own password, kept out of the URL: %s", svc.Environment["TROY_NATS_PASSWORD"])
 		assert.Equal(t, "1", svc.Environment["TROY_NO_PROVISION"], "compose service %s leaves provisioning to the operator", name)
 	}
 	for _, c := range components {
 		assert.Contains(t, composed, c.name, "component %s has no compose service", c.name)
 	}
-	assert.True(t, strings.HasPrefix(doc.Services["provision"].Environment["NATS_URL"], "nats://operator:"), "the operator provisions")
+	assert.True(t, strings.HasPrefix(doc.Services["provision"].Environment["NATS_URL"], "nats://operator@"), "the operator provisions")
 }
 
 // deploy/nats/auth.conf is troy nats-config --from-env's output for the

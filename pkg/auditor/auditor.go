@@ -127,6 +127,11 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 			c.byTrace[e.TraceID] = e.Source
 		}
 	}
+	// On every way out, the readers below are stopped (their iterators,
+	// then ctx) and waited for: the sink is never called after Submit
+	// returns.
+	var readers sync.WaitGroup
+	defer readers.Wait()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// Outcomes already stored for this run (an interrupted attempt) are read
@@ -166,7 +171,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 		return nil, fmt.Errorf("auditor: read dead letters: %w", err)
 	}
 	defer deadMsgs.Stop()
-	go func() {
+	readers.Go(func() {
 		for {
 			m, err := deadMsgs.Next()
 			if err != nil {
@@ -177,9 +182,9 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 				return
 			}
 		}
-	}()
+	})
 	collectErr := make(chan error, 1)
-	go func() {
+	readers.Go(func() {
 		for {
 			m, err := iterMsgs.Next()
 			if err != nil {
@@ -196,7 +201,7 @@ func Submit(ctx context.Context, js jetstream.JetStream, cfg Config, inputs iter
 				return
 			}
 		}
-	}()
+	})
 
 	var order []string
 	for in := range inputs {
