@@ -4,7 +4,7 @@ BIN     ?= bin/troy
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help build demo test test-short bench fuzz lint schemas clean
+.PHONY: help build demo test test-deps test-short bench fuzz lint schemas clean
 
 help:
 	@echo "make build   - build $(BIN)"
@@ -23,8 +23,11 @@ demo: build
 	@echo "open logs/demo/summary.md"
 	$(BIN) agent run examples/agents/offline.yaml "Profile examples/data/sales.csv and name the top 3 regions" --out-dir logs/demo/agent
 
-test:
+test: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-deps:
+	@bash scripts/test-deps.sh
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -38,6 +38,7 @@ type auditFlags struct {
 	reportMode    string
 	modes         report.Modes
 	llm           llmFlags
+	junit, sarif  string // CI report files
 }
 
 func (f *auditFlags) register(cmd *cobra.Command) {
@@ -51,7 +52,62 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
 	fl.StringVar(&f.reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of the report files written (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, messages (OpenAI chat logs: a list, {messages}, tau-bench {traj}), or otlp (OTLP/JSON)")
+	fl.StringVar(&f.junit, "junit", "", "also write JUnit XML here: a test suite per trace, a test case per rule, a failure per violation (for CI)")
+	fl.StringVar(&f.sarif, "sarif", "", "also write SARIF 2.1.0 here: a result per violation at its trace file and step (for code-scanning dashboards)")
 	f.llm.register(cmd)
+}
+
+// writeCIReports writes --junit and --sarif from the run's findings; root
+// is the folder the trace files' sources are relative to.
+func (f *auditFlags) writeCIReports(p *policy.Policy, findings []report.Findings, root string) error {
+	if f.junit != "" {
+		b, err := report.JUnit(p, findings)
+		if err == nil {
+			err = report.WriteFileAtomic(f.junit, b, f.modes)
+		}
+		if err != nil {
+			return fmt.Errorf("--junit: %w", err)
+		}
+	}
+	if f.sarif != "" {
+		b, err := report.SARIF(p, findings, report.SARIFOptions{Root: root, Version: version,
+			Read: func(source string) ([]byte, error) {
+				file, _, _ := strings.Cut(source, ".jsonl:")
+				if file != source {
+					file += ".jsonl"
+				}
+				return os.ReadFile(filepath.Join(root, file))
+			}})
+		if err == nil {
+			err = report.WriteFileAtomic(f.sarif, b, f.modes)
+		}
+		if err != nil {
+			return fmt.Errorf("--sarif: %w", err)
+		}
+	}
+	return nil
+}
+
+// batchFindings reads back what the CI formats need from each audited
+// trace's audit.json in the batch folder.
+func batchFindings(outDir string, entries []report.Entry) ([]report.Findings, error) {
+	var out []report.Findings
+	for _, e := range entries {
+		if e.Status != report.StatusAudited {
+			out = append(out, report.RejectedFindings(e))
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(outDir, filepath.Dir(filepath.FromSlash(e.Report)), report.JSONFile))
+		if err != nil {
+			return nil, err
+		}
+		var a report.Audit
+		if err := json.Unmarshal(b, &a); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Report, err)
+		}
+		out = append(out, report.FindingsOf(e.Source, &a))
+	}
+	return out, nil
 }
 
 func (f *auditFlags) validate() error {
@@ -144,6 +200,15 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 				}
 				return codeError{exitError, fmt.Errorf("%s was rejected: fix the problems above and audit again", e.Source)}
 			}
+			if f.junit != "" || f.sarif != "" {
+				var a report.Audit
+				if err := json.Unmarshal(audit, &a); err != nil {
+					return codeError{exitError, err}
+				}
+				if err := f.writeCIReports(engine.Policy(), []report.Findings{report.FindingsOf(e.Source, &a)}, filepath.Dir(args[0])); err != nil {
+					return codeError{exitError, err}
+				}
+			}
 			if f.jsonOut {
 				out.Write(audit)
 				fmt.Fprintln(out)
@@ -217,6 +282,15 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				return err
 			}
 			b, bj := batch.Batch, batch.BatchJSON
+			if f.junit != "" || f.sarif != "" {
+				findings, err := batchFindings(outDir, b.Entries)
+				if err == nil {
+					err = f.writeCIReports(engine.Policy(), findings, args[0])
+				}
+				if err != nil {
+					return codeError{exitError, err}
+				}
+			}
 			out := cmd.OutOrStdout()
 			if f.jsonOut {
 				out.Write(bj)

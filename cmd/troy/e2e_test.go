@@ -151,8 +151,17 @@ func TestAuditBatchReportsEveryInputAndRejectsBadOnes(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(in, "more.jsonl"), []byte(jsonl), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(in, "notes.txt"), []byte("ignored"), 0o644))
 
-	r := troy(t, dir, "audit-batch", "in", policy, "--out-dir", "out")
+	r := troy(t, dir, "audit-batch", "in", policy, "--out-dir", "out", "--junit", "troy.xml", "--sarif", "troy.sarif")
 	assert.Equal(t, 1, r.code, "a rejected input makes the exit code 1")
+	// for CI: every input in the JUnit file, the rejected one as an error;
+	// the violations in the SARIF log at their files
+	junit := string(read(t, dir, "troy.xml"))
+	assert.Equal(t, 8, strings.Count(junit, "<testsuite "), "a suite per input")
+	assert.Contains(t, junit, `<testsuite name="l2" tests="1" failures="0" errors="1">`)
+	assert.Contains(t, junit, `<failure type="critical" message=`)
+	sarif := string(read(t, dir, "troy.sarif"))
+	assert.Contains(t, sarif, `"uri": "in/support_bot.json"`)
+	assert.Contains(t, sarif, `more.jsonl:3 was not audited`)
 	assert.Contains(t, r.stdout, "8 traces: 7 audited, 1 rejected")
 	assert.Contains(t, r.stderr, `rejected more.jsonl:3: steps[0].type: "teleport" is not one of`)
 
