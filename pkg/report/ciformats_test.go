@@ -119,7 +119,9 @@ func TestJUnitIsValidAndComplete(t *testing.T) {
 func TestSARIFIsValidAndLocated(t *testing.T) {
 	p, all := exampleFindings(t)
 	b, err := report.SARIF(p, all, report.SARIFOptions{Root: "examples/traces", Version: "test",
-		Read: func(source string) ([]byte, error) { return os.ReadFile(filepath.Join("../../examples/traces", source)) }})
+		Read: func(source string) ([]byte, error) {
+			return os.ReadFile(filepath.Join("../../examples/traces", source))
+		}})
 	require.NoError(t, err)
 
 	c := jsonschema.NewCompiler()
@@ -147,7 +149,7 @@ func TestSARIFIsValidAndLocated(t *testing.T) {
 				Level     string `json:"level"`
 				Locations []struct {
 					Physical struct {
-						Artifact struct{ URI string } `json:"artifactLocation"`
+						Artifact struct{ URI string }    `json:"artifactLocation"`
 						Region   struct{ StartLine int } `json:"region"`
 					} `json:"physicalLocation"`
 				} `json:"locations"`
