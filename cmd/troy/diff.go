@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/report"
+)
+
+func newDiffCmd() *cobra.Command {
+	var failOnNew string
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "diff OLD NEW",
+		Short: "Compare two audits or two batch folders: violations new, fixed and unchanged, risk moved, traces added or missing",
+		Long: `Compare two audits (audit.json files) or two batch folders (what troy audit-batch
+writes): a violation is a trace, a rule and a step, and is new, fixed or
+unchanged; traces are matched by id, and those only in one are added or
+missing. For CI: --fail-on-new high exits 2 when the new side introduced a
+violation at or above high ("this agent change introduced two new critical
+findings").`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if failOnNew != "" && policy.SeverityRank(failOnNew) == 0 {
+				return codeError{exitError, fmt.Errorf("--fail-on-new %q: want one of critical, high, medium, low", failOnNew)}
+			}
+			old, err := report.LoadFindings(args[0])
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("OLD: %w", err)}
+			}
+			cur, err := report.LoadFindings(args[1])
+			if err != nil {
+				return codeError{exitError, fmt.Errorf("NEW: %w", err)}
+			}
+			r := report.DiffRuns(args[0], old, args[1], cur)
+			if jsonOut {
+				b, err := json.MarshalIndent(r, "", "  ")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			} else {
+				r.WriteText(cmd.OutOrStdout())
+			}
+			if failOnNew != "" {
+				if n := r.NewAtOrAbove(failOnNew); n > 0 {
+					return codeError{exitViolation, fmt.Errorf("%d new violation(s) at or above %s (--fail-on-new %s)", n, failOnNew, failOnNew)}
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&failOnNew, "fail-on-new", "", "exit 2 when a new violation at or above this severity appears (critical, high, medium, low)")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the diff as JSON")
+	return cmd
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/troy-audit/troy/pkg/report"
+)
+
+// Two batches of the example traces: the second drops one trace, adds
+// another, and audits with a policy that has one more rule. troy diff
+// finds exactly that rule's hits as new, nothing fixed, the added and the
+// missing trace, and fails the build only at the severity asked.
+func TestDiffTwoBatches(t *testing.T) {
+	traces, policy := examples(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "audit-batch", traces, policy, "--out-dir", "before")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	in := filepath.Join(dir, "in")
+	require.NoError(t, os.CopyFS(in, os.DirFS(traces)))
+	require.NoError(t, os.Remove(filepath.Join(in, "clean_run.json")))
+	var tr map[string]any
+	require.NoError(t, json.Unmarshal(read(t, in, "support_bot.json"), &tr))
+	tr["trace_id"] = "support-bot-copy"
+	b, _ := json.Marshal(tr)
+	require.NoError(t, os.WriteFile(filepath.Join(in, "copy.json"), b, 0o644))
+	pol, err := os.ReadFile(policy)
+	require.NoError(t, err)
+	stricter := string(pol) + "\n  - rule_id: no-llm-calls\n    description: an LLM was called\n    severity: high\n    condition: step.type == 'llm_call'\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stricter.yaml"), []byte(stricter), 0o644))
+	r = troy(t, dir, "audit-batch", "in", "stricter.yaml", "--out-dir", "after")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	// the known answer: one new violation per llm_call step of every trace on both sides
+	want := 0
+	files, _ := filepath.Glob(filepath.Join(in, "*.json"))
+	for _, f := range files {
+		if filepath.Base(f) == "copy.json" {
+			continue
+		}
+		var tt struct {
+			Steps []struct{ Type string } `json:"steps"`
+		}
+		require.NoError(t, json.Unmarshal(read(t, "", f), &tt))
+		for _, s := range tt.Steps {
+			if s.Type == "llm_call" {
+				want++
+			}
+		}
+	}
+	require.Positive(t, want)
+
+	r = troy(t, dir, "diff", "before", "after", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var d report.Regression
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &d))
+	assert.Len(t, d.NewV, want, "exactly the new rule's hits")
+	for _, c := range d.NewV {
+		assert.Equal(t, "no-llm-calls", c.RuleID)
+	}
+	assert.Empty(t, d.Fixed)
+	assert.Equal(t, []string{"support-bot-copy"}, d.Added)
+	assert.Equal(t, []string{"docs-helper-clean-006"}, d.Missing)
+	assert.Positive(t, d.Unchanged)
+
+	r = troy(t, dir, "diff", "before", "after", "--fail-on-new", "high")
+	assert.Equal(t, 2, r.code, "a new high finding fails the build")
+	assert.Contains(t, r.stdout, "NEW    high     no-llm-calls")
+	assert.Contains(t, r.stderr, "new violation(s) at or above high")
+	r = troy(t, dir, "diff", "before", "after", "--fail-on-new", "critical")
+	assert.Equal(t, 0, r.code, "none at critical")
+
+	// two single audits, and a folder that holds none
+	one := filepath.Join("before", "support-bot-pii-exfil-001", "audit.json")
+	r = troy(t, dir, "diff", one, one)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "violations: 0 new, 0 fixed")
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "empty"), 0o755))
+	r = troy(t, dir, "diff", "before", "empty")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "NEW: empty holds no audit")
+	assert.True(t, strings.Contains(r.stderr, "audit-batch"), r.stderr)
+}

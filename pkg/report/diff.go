@@ -1,0 +1,231 @@
+package report
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/troy-audit/troy/pkg/policy"
+)
+
+// Change is one violation in a regression diff.
+type Change struct {
+	TraceID     string `json:"trace_id"`
+	RuleID      string `json:"rule_id"`
+	StepID      string `json:"step_id"`
+	Severity    string `json:"severity"`
+	Description string `json:"description"`
+}
+
+// RiskDelta is a trace whose risk score moved.
+type RiskDelta struct {
+	TraceID string `json:"trace_id"`
+	Old     int    `json:"old"`
+	New     int    `json:"new"`
+}
+
+// Regression compares two audits, or two batches: which violations are
+// new, fixed or unchanged — one violation being a trace, a rule and a
+// step — which traces' risk moved, and which traces are only on one side.
+type Regression struct {
+	Old       string      `json:"old"`
+	New       string      `json:"new"`
+	OldTraces int         `json:"old_traces"`
+	NewTraces int         `json:"new_traces"`
+	NewV      []Change    `json:"new_violations"`
+	Fixed     []Change    `json:"fixed_violations"`
+	Unchanged int         `json:"unchanged_violations"`
+	Risk      []RiskDelta `json:"risk_changes"`
+	Added     []string    `json:"traces_added"`
+	Missing   []string    `json:"traces_missing"`
+}
+
+// LoadFindings reads the audited traces of an audit.json file, or of a
+// batch folder (its batch.json, else every <trace>/audit.json in it).
+// Rejected inputs are not findings and are left out.
+func LoadFindings(path string) ([]Findings, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		f, err := loadAuditFindings(path, filepath.Base(path))
+		if err != nil {
+			return nil, err
+		}
+		return []Findings{f}, nil
+	}
+	var files []string
+	if b, err := os.ReadFile(filepath.Join(path, "batch.json")); err == nil {
+		var batch Batch
+		if err := json.Unmarshal(b, &batch); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(path, "batch.json"), err)
+		}
+		for _, e := range batch.Entries {
+			if e.Status == StatusAudited && e.Report != "" {
+				files = append(files, filepath.Join(path, filepath.Dir(filepath.FromSlash(e.Report)), JSONFile))
+			}
+		}
+	} else if errors.Is(err, fs.ErrNotExist) {
+		if files, err = filepath.Glob(filepath.Join(path, "*", JSONFile)); err != nil {
+			return nil, err
+		}
+		if direct := filepath.Join(path, JSONFile); fileExists(direct) {
+			files = append(files, direct) // troy audit's folder: one audit.json
+		}
+	} else {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s holds no audit: want an audit.json, or a folder troy audit or audit-batch wrote", path)
+	}
+	out := make([]Findings, 0, len(files))
+	for _, file := range files {
+		f, err := loadAuditFindings(file, file)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func loadAuditFindings(file, source string) (Findings, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return Findings{}, err
+	}
+	var a Audit
+	if err := json.Unmarshal(b, &a); err != nil {
+		return Findings{}, fmt.Errorf("%s: not an audit.json: %w", file, err)
+	}
+	if a.Trace == nil || a.Trace.TraceID == "" {
+		return Findings{}, fmt.Errorf("%s: not an audit.json: no trace in it", file)
+	}
+	return FindingsOf(source, &a), nil
+}
+
+type changeKey struct{ trace, rule, step string }
+
+// DiffRuns compares the findings of two runs, matched by trace id.
+func DiffRuns(oldName string, old []Findings, newName string, cur []Findings) Regression {
+	r := Regression{Old: oldName, New: newName, OldTraces: len(old), NewTraces: len(cur)}
+	index := func(all []Findings) (map[string]Findings, map[changeKey]Change) {
+		traces, viols := map[string]Findings{}, map[changeKey]Change{}
+		for _, f := range all {
+			traces[f.TraceID] = f
+			for _, v := range f.Violations {
+				viols[changeKey{f.TraceID, v.RuleID, v.StepID}] = Change{TraceID: f.TraceID, RuleID: v.RuleID, StepID: v.StepID,
+					Severity: v.Severity, Description: v.Description}
+			}
+		}
+		return traces, viols
+	}
+	oldT, oldV := index(old)
+	newT, newV := index(cur)
+	for k, c := range newV {
+		if _, ok := oldV[k]; ok {
+			r.Unchanged++
+		} else if _, had := oldT[k.trace]; had { // a trace only on one side is added or missing, not a regression in it
+			r.NewV = append(r.NewV, c)
+		}
+	}
+	for k, c := range oldV {
+		if _, ok := newV[k]; !ok {
+			if _, has := newT[k.trace]; has {
+				r.Fixed = append(r.Fixed, c)
+			}
+		}
+	}
+	for id, n := range newT {
+		o, ok := oldT[id]
+		switch {
+		case !ok:
+			r.Added = append(r.Added, id)
+		case o.RiskScore != n.RiskScore:
+			r.Risk = append(r.Risk, RiskDelta{TraceID: id, Old: o.RiskScore, New: n.RiskScore})
+		}
+	}
+	for id := range oldT {
+		if _, ok := newT[id]; !ok {
+			r.Missing = append(r.Missing, id)
+		}
+	}
+	bySeverity := func(a, b Change) int {
+		return cmp.Or(policy.SeverityRank(b.Severity)-policy.SeverityRank(a.Severity), cmp.Compare(a.TraceID, b.TraceID),
+			cmp.Compare(a.RuleID, b.RuleID), cmp.Compare(a.StepID, b.StepID))
+	}
+	slices.SortFunc(r.NewV, bySeverity)
+	slices.SortFunc(r.Fixed, bySeverity)
+	slices.SortFunc(r.Risk, func(a, b RiskDelta) int {
+		return cmp.Or(cmp.Compare(abs(b.New-b.Old), abs(a.New-a.Old)), cmp.Compare(a.TraceID, b.TraceID))
+	})
+	slices.Sort(r.Added)
+	slices.Sort(r.Missing)
+	return r
+}
+
+func abs(n int) int { return max(n, -n) }
+
+// NewAtOrAbove counts the new violations at or above a severity.
+func (r Regression) NewAtOrAbove(severity string) int {
+	n := 0
+	for _, c := range r.NewV {
+		if policy.SeverityRank(c.Severity) >= policy.SeverityRank(severity) {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteText prints the diff for a terminal or a CI log.
+func (r Regression) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "troy diff: %s → %s\n", r.Old, r.New)
+	fmt.Fprintf(w, "traces: %d → %d (%d added, %d missing)\n", r.OldTraces, r.NewTraces, len(r.Added), len(r.Missing))
+	fmt.Fprintf(w, "violations: %d new%s, %d fixed%s, %d unchanged\n", len(r.NewV), severityNote(r.NewV), len(r.Fixed), severityNote(r.Fixed), r.Unchanged)
+	for _, c := range r.NewV {
+		fmt.Fprintf(w, "  NEW    %-8s %s  trace %s step %s: %s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, firstLine(c.Description))
+	}
+	for _, c := range r.Fixed {
+		fmt.Fprintf(w, "  FIXED  %-8s %s  trace %s step %s: %s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, firstLine(c.Description))
+	}
+	for _, d := range r.Risk {
+		fmt.Fprintf(w, "  RISK   %s %d → %d (%+d)\n", d.TraceID, d.Old, d.New, d.New-d.Old)
+	}
+	for _, id := range r.Added {
+		fmt.Fprintf(w, "  ADDED  %s\n", id)
+	}
+	for _, id := range r.Missing {
+		fmt.Fprintf(w, "  MISSING %s\n", id)
+	}
+}
+
+// severityNote is " (1 critical, 2 high)", or "" for none.
+func severityNote(cs []Change) string {
+	if len(cs) == 0 {
+		return ""
+	}
+	counts := map[string]int{}
+	for _, c := range cs {
+		counts[c.Severity]++
+	}
+	var parts []string
+	for _, s := range policy.Severities {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
