@@ -77,11 +77,11 @@ func LoadFindings(path string) ([]Findings, error) {
 		if files, err = filepath.Glob(filepath.Join(path, "*", JSONFile)); err != nil {
 			return nil, err
 		}
-		if direct := filepath.Join(path, JSONFile); fileExists(direct) {
-			files = append(files, direct) // troy audit's folder: one audit.json
-		}
 	} else {
 		return nil, err
+	}
+	if direct := filepath.Join(path, JSONFile); fileExists(direct) {
+		files = append(files, direct) // troy audit's folder: one audit.json
 	}
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%s holds no audit: want an audit.json, or a folder troy audit or audit-batch wrote", path)
