@@ -87,4 +87,14 @@ func TestDiffTwoBatches(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "NEW: empty holds no audit")
 	assert.True(t, strings.Contains(r.stderr, "audit-batch"), r.stderr)
+
+	// the two batches as two days of logs: the new rule moved most
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "logs"), 0o755))
+	require.NoError(t, os.Rename(filepath.Join(dir, "before"), filepath.Join(dir, "logs", "2026-11-01")))
+	require.NoError(t, os.Rename(filepath.Join(dir, "after"), filepath.Join(dir, "logs", "2026-11-02")))
+	r = troy(t, dir, "trends")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "2026-11-01       6")
+	assert.Contains(t, r.stdout, "2026-11-02       6")
+	assert.Regexp(t, `(?m)^  no-llm-calls +0\.00 → `, r.stdout)
 }
