@@ -82,6 +82,17 @@ func TestHTMLReportsInChromium(t *testing.T) {
 	}
 	assert.Equal(t, []string{"0", "25", "50", "65", "70", "75"}, risks, "sorted by risk")
 
+	// the trends of a logs folder, charted
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "logs"), 0o755))
+	require.NoError(t, os.Rename(filepath.Join(dir, "out"), filepath.Join(dir, "logs", "2026-11-30")))
+	r = troy(t, dir, "trends", "logs", "--html", "trends.html")
+	require.Equal(t, 0, r.code, r.stderr)
+	dom, console = browse(t, filepath.Join(dir, "trends.html"), "--dump-dom")
+	assert.Empty(t, console)
+	assert.Equal(t, 4, strings.Count(dom, `<rect class="bar"`), "one day: critical, high, medium and low")
+	report = filepath.Join(dir, "logs", "2026-11-30", "support-bot-pii-exfil-001", "report.html")
+	index = filepath.Join(dir, "logs", "2026-11-30", "index.html")
+
 	if art := os.Getenv("TROY_TEST_ARTIFACTS"); art != "" { // a picture of each, for people
 		for name, shot := range map[string]struct{ page, size string }{"html-report.png": {report, "1200,1600"}, "html-batch.png": {index, "1200,600"}} {
 			browse(t, shot.page, "--hide-scrollbars", "--window-size="+shot.size, "--screenshot="+filepath.Join(art, name))

@@ -11,6 +11,7 @@ import (
 
 func newTrendsCmd() *cobra.Command {
 	var jsonOut bool
+	var htmlOut string
 	cmd := &cobra.Command{
 		Use:   "trends [DIR]",
 		Short: "Day by day over logs/<date>/: traces audited, violations by severity and rule, mean and p95 risk, the rules that moved most",
@@ -29,6 +30,15 @@ Folders that are not days, or hold no audit, are listed as skipped.`,
 			if err != nil {
 				return codeError{exitError, err}
 			}
+			if htmlOut != "" {
+				page, err := report.TrendsHTML(t)
+				if err == nil {
+					err = report.WriteFileAtomic(htmlOut, page, report.DefaultModes)
+				}
+				if err != nil {
+					return codeError{exitError, fmt.Errorf("--html: %w", err)}
+				}
+			}
 			if jsonOut {
 				b, err := json.MarshalIndent(t, "", "  ")
 				if err != nil {
@@ -42,5 +52,6 @@ Folders that are not days, or hold no audit, are listed as skipped.`,
 		},
 	}
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the trends as JSON")
+	cmd.Flags().StringVar(&htmlOut, "html", "", "also write a self-contained page with the table and an SVG chart of violations and risk per day")
 	return cmd
 }

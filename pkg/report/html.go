@@ -27,6 +27,7 @@ var htmlTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	"pct":       func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
 	"sevColor":  func(s string) template.CSS { return template.CSS(severityColor[s]) },
 	"stepColor": func(s htmlStep) template.CSS { return template.CSS(s.Color) },
+	"delta":     func(a, b float64) float64 { return a - b },
 }).ParseFS(htmlFS, "html/*.tmpl"))
 
 // severityColor is the colour of a step by its worst violation.
@@ -241,4 +242,74 @@ func BatchHTML(b *Batch, rows []BatchRow) ([]byte, error) {
 		return nil, fmt.Errorf("html: %w", err)
 	}
 	return out.Bytes(), nil
+}
+
+type svgBar struct {
+	X, Y, W, H int
+	Color      string
+	Title      string
+}
+
+type svgText struct {
+	X, Y int
+	Text string
+}
+
+type trendsChart struct {
+	Width, Height int
+	Bars          []svgBar
+	Mean, P95     string // polyline points
+	Labels        []svgText
+	Ticks         []svgText
+}
+
+type htmlTrends struct {
+	*Trends
+	Chart trendsChart
+}
+
+// TrendsHTML renders the trends as a page: the table, and a chart of the
+// violations per day by severity (stacked bars, left axis) with the mean
+// and p95 risk (lines, right axis, 0–100).
+func TrendsHTML(t *Trends) ([]byte, error) {
+	const left, right, top, bottom, plotH = 50, 50, 20, 40, 260
+	slot := 60
+	c := trendsChart{Width: left + right + slot*len(t.Days), Height: top + plotH + bottom}
+	maxV := 1
+	for _, d := range t.Days {
+		n := 0
+		for _, s := range policy.Severities {
+			n += d.BySeverity[s]
+		}
+		maxV = max(maxV, n)
+	}
+	y := func(v, of int) int { return top + plotH - v*plotH/of }
+	var mean, p95 []string
+	for i, d := range t.Days {
+		x := left + slot*i
+		base := 0
+		for j := len(policy.Severities) - 1; j >= 0; j-- { // low at the bottom, critical on top
+			s := policy.Severities[j]
+			n := d.BySeverity[s]
+			if n == 0 {
+				continue
+			}
+			c.Bars = append(c.Bars, svgBar{X: x + 12, Y: y(base+n, maxV), W: slot - 24, H: y(base, maxV) - y(base+n, maxV),
+				Color: severityColor[s], Title: fmt.Sprintf("%s: %d %s", d.Date, n, s)})
+			base += n
+		}
+		mid := x + slot/2
+		mean = append(mean, fmt.Sprintf("%d,%d", mid, top+plotH-int(d.MeanRisk*plotH/100)))
+		p95 = append(p95, fmt.Sprintf("%d,%d", mid, y(d.P95Risk, 100)))
+		c.Labels = append(c.Labels, svgText{X: mid, Y: top + plotH + 18, Text: d.Date[5:]})
+	}
+	c.Mean, c.P95 = strings.Join(mean, " "), strings.Join(p95, " ")
+	for _, v := range []int{0, maxV / 2, maxV} {
+		c.Ticks = append(c.Ticks, svgText{X: left - 8, Y: y(v, maxV) + 4, Text: fmt.Sprint(v)})
+	}
+	var b bytes.Buffer
+	if err := htmlTemplates.ExecuteTemplate(&b, "trends.html.tmpl", htmlTrends{Trends: t, Chart: c}); err != nil {
+		return nil, fmt.Errorf("html: %w", err)
+	}
+	return b.Bytes(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,4 +89,19 @@ func writeBatch(t *testing.T, dir, sub string, entries []report.Entry) {
 	b, err := json.Marshal(report.Batch{SchemaVersion: report.SchemaVersion, Entries: entries})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, sub, "batch.json"), b, 0o644))
+}
+
+func TestTrendsHTMLChartsEveryDay(t *testing.T) {
+	tr := &report.Trends{Days: []report.Day{
+		report.DayOf("2026-11-01", []report.Findings{{RiskScore: 20, Violations: []policy.Violation{{RuleID: "r", Severity: "high"}, {RuleID: "r", Severity: "low"}}}}),
+		report.DayOf("2026-11-02", []report.Findings{{RiskScore: 80, Violations: []policy.Violation{{RuleID: "r", Severity: "critical"}}}}),
+	}}
+	b, err := report.TrendsHTML(tr)
+	require.NoError(t, err)
+	page := string(b)
+	assert.Equal(t, 3, strings.Count(page, `<rect class="bar"`), "a bar segment per severity present per day")
+	assert.Contains(t, page, "2026-11-02: 1 critical")
+	assert.Equal(t, 2, strings.Count(page, "<polyline"), "mean and p95 risk")
+	assert.Contains(t, page, "<td>2026-11-01</td><td>1</td>")
+	assert.NotContains(t, page, "ZgotmplZ")
 }
