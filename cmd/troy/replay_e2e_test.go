@@ -43,9 +43,20 @@ func TestReplay(t *testing.T) {
 	assert.Len(t, out.Diff.Added, 1)
 
 	r = troy(t, dir, "replay", "a.json")
-	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, "pass --no-interactive")
+	assert.Equal(t, 0, r.code, "stdout is not a terminal: printed, not opened")
+	assert.Contains(t, r.stdout, "⚠ CRITICAL pii-exfiltration")
 	r = troy(t, dir, "replay", "r.md", "--no-interactive")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, "r.md is not an audit.json")
+	assert.Contains(t, r.stderr, "r.md is neither an audit.json (troy audit writes one) nor a trace")
+
+	// a trace file: evaluated here under the policies given
+	bot := filepath.Join(traces, "support_bot.json")
+	r = troy(t, dir, "replay", bot, "--no-interactive")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "a trace file needs --policy")
+	r = troy(t, dir, "replay", bot, "--no-interactive", "--policy", policy, "--compare-policy", "narrower.yaml")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "why: ", "explained offline")
+	assert.Contains(t, r.stdout, "+ NEW LOW any-http")
+	assert.Contains(t, r.stdout, "risk 70 → 60 under narrower")
 }
