@@ -40,7 +40,9 @@ func (s *tmuxScreen) run(args ...string) string {
 }
 
 // keys types keys (tmux names: Down, Tab, Enter, or text).
-func (s *tmuxScreen) keys(keys ...string) { s.run(append([]string{"send-keys", "-t", "t"}, keys...)...) }
+func (s *tmuxScreen) keys(keys ...string) {
+	s.run(append([]string{"send-keys", "-t", "t"}, keys...)...)
+}
 
 // waitFor returns the screen once it shows every want, failing after 10 s.
 func (s *tmuxScreen) waitFor(want ...string) string {
