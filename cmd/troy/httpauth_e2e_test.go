@@ -113,6 +113,34 @@ func TestServeHTTPTokensAndTLS(t *testing.T) {
 	assert.Equal(t, http.StatusAccepted, call("POST", "/v1/traces", collector, trace))
 	assert.Equal(t, http.StatusForbidden, call("POST", "/v1/approvals/x", collector, `{"approved": true}`))
 
+	// the web console: its page is open, what it shows needs read; the
+	// browser signs in once and carries the token in an HttpOnly cookie
+	assert.Equal(t, http.StatusOK, call("GET", "/", "", ""), "the console's page")
+	assert.Equal(t, http.StatusUnauthorized, call("GET", "/console/state", "", ""))
+	assert.Equal(t, http.StatusForbidden, call("GET", "/console/state", collector, ""))
+	login := func(tok string) *http.Response {
+		t.Helper()
+		resp, err := client.Post(base+"/console/login", "application/json", strings.NewReader(`{"token": "`+tok+`"}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	assert.Equal(t, http.StatusUnauthorized, login("troy_not-a-token").StatusCode)
+	resp := login(ops)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1)
+	c := cookies[0]
+	assert.True(t, c.HttpOnly && c.Secure, "HttpOnly, and Secure over TLS")
+	assert.Equal(t, http.SameSiteStrictMode, c.SameSite)
+	req, err := http.NewRequest("GET", base+"/console/state", nil)
+	require.NoError(t, err)
+	req.AddCookie(c)
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the cookie stands for the token")
+
 	g := &guard.HTTP{URL: base, Client: client, Token: guardian}
 	d, err := g.Check(context.Background(), guard.Request{Action: guard.Action{Name: "docs_search"}})
 	require.NoError(t, err)
@@ -149,7 +177,7 @@ func TestServeHTTPTokensAndTLS(t *testing.T) {
 	_, err = client.Get(mbase + "/healthz")
 	assert.Error(t, err, "a client without a certificate is refused")
 	mclient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}}}
-	resp, err := mclient.Get(mbase + "/healthz")
+	resp, err = mclient.Get(mbase + "/healthz")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)

@@ -22,6 +22,7 @@ import (
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/bus"
+	webconsole "github.com/troy-audit/troy/pkg/console"
 	"github.com/troy-audit/troy/pkg/httpauth"
 
 	"github.com/troy-audit/troy/pkg/httpapi"
@@ -130,7 +131,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			// A client that sends its request slowly (or never finishes
 			// it) is cut off, so slow connections cannot pile up.
-			srv := &http.Server{Handler: httpHandler(st, reg, api, sec.tokens), ReadHeaderTimeout: min(5*time.Second, readTimeout),
+			srv := &http.Server{Handler: httpHandler(ctx, st, reg, api, sec), ReadHeaderTimeout: min(5*time.Second, readTimeout),
 				ReadTimeout: readTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20, TLSConfig: sec.tls}
 			scheme := "http"
 			if sec.tls != nil {
@@ -146,7 +147,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if st.emb != nil {
 				natsWhere = st.emb.ClientURL() + " (embedded, store " + g.dataDir + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: %s://%s (/healthz /readyz /metrics, POST /v1/traces)\n  http auth: %s\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: %s://%s (console at /, /healthz /readyz /metrics, POST /v1/traces)\n  http auth: %s\n",
 				targets, natsWhere, scheme, lis.Addr(), sec.tokensSource)
 			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", scheme+"://"+lis.Addr().String()).Str("http_auth", sec.tokensSource).Msg("troy serving")
 
@@ -241,7 +242,8 @@ type httpAPIConfig struct {
 
 // httpHandler routes the API; with tokens, each endpoint needs its scope
 // (health and readiness stay open, for probes).
-func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig, tokens *httpauth.Tokens) http.Handler {
+func httpHandler(ctx context.Context, st *stack, reg *prometheus.Registry, api httpAPIConfig, sec httpSecurity) http.Handler {
+	tokens := sec.tokens
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/traces", tokens.Require(httpauth.Ingest, httpapi.Traces(st.js, api.traces)))
 	mux.Handle("POST /v1/traces/{trace_id}/start", tokens.Require(httpauth.Ingest, api.stream.Start()))
@@ -250,9 +252,21 @@ func httpHandler(st *stack, reg *prometheus.Registry, api httpAPIConfig, tokens 
 	if st.guard != nil {
 		mux.Handle("POST /v1/guard/check", tokens.Require(httpauth.Guard, httpapi.Guard(st.guard)))
 	}
-	if a, err := agentrun.OpenApprovals(context.Background(), st.js); err == nil {
-		mux.Handle("POST /v1/approvals/{id}", tokens.Require(httpauth.Approve, approvalHandler(a)))
+	approvals, err := agentrun.OpenApprovals(ctx, st.js)
+	if err == nil {
+		mux.Handle("POST /v1/approvals/{id}", tokens.Require(httpauth.Approve, approvalHandler(approvals)))
+	} else {
+		approvals = nil
 	}
+	// the web console: its page is open, what it shows takes read
+	ccfg := webconsole.Config{JS: st.js, Approvals: approvals, Log: st.log}
+	if sessions, err := agentrun.OpenSessions(ctx, st.js); err == nil {
+		ccfg.Sessions = sessions
+	}
+	for pattern, h := range webconsole.New(ctx, ccfg).Handlers(tokens.Require, httpauth.Read) {
+		mux.Handle(pattern, h)
+	}
+	mux.Handle("POST /console/login", tokens.Login(sec.tls != nil))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

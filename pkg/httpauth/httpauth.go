@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -223,10 +224,19 @@ func Append(path, name string, scopes []string) (string, error) {
 	return secret, f.Close()
 }
 
-// lookup finds the token a request presents.
+// CookieName carries a token for the web console, whose live feed
+// (EventSource) cannot send an Authorization header.
+const CookieName = "troy_token"
+
+// lookup finds the token a request presents: in its Authorization header,
+// or else in the console's cookie.
 func lookup(list []Token, r *http.Request) (Token, bool) {
-	auth := r.Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(auth, "Bearer ")
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		if c, err := r.Cookie(CookieName); err == nil {
+			secret, ok = c.Value, true
+		}
+	}
 	if !ok || secret == "" {
 		return Token{}, false
 	}
@@ -263,6 +273,38 @@ func (ts *Tokens) Require(scope string, next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// Login takes a token posted by the web console ({"token": "…"}) and, if
+// it is one of these, keeps it in an HttpOnly, same-site cookie for the
+// console's requests. An open API (nil Tokens) needs none.
+func (ts *Tokens) Login(secure bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ts == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		var body struct {
+			Token string `json:"token"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&body); err != nil || body.Token == "" {
+			problem(w, http.StatusBadRequest, `want {"token": "troy_…"}`)
+			return
+		}
+		list, err := ts.current()
+		if err != nil {
+			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: "+err.Error())
+			return
+		}
+		probe := &http.Request{Header: http.Header{"Authorization": {"Bearer " + body.Token}}}
+		if _, ok := lookup(list, probe); !ok {
+			problem(w, http.StatusUnauthorized, "that is not a token this server accepts")
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: body.Token, Path: "/", HttpOnly: true, Secure: secure,
+			SameSite: http.SameSiteStrictMode, MaxAge: 12 * 3600})
+		w.WriteHeader(http.StatusNoContent)
 	})
 }
 
