@@ -21,7 +21,6 @@ import (
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
-
 // Findings published on the bus reach a page that opens (its state) and
 // one that follows the feed (server-sent events), as they are published.
 func TestConsoleFollowsTheFindings(t *testing.T) {
