@@ -254,6 +254,24 @@ func TestAgentRunOnAServer(t *testing.T) {
 	r = troy(t, dir, "agent", "list", "--nats-url", natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, run)
+	// an audited run, replayed by its id from the bus
+	_, policy := examples(t)
+	raw, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	audited := filepath.Join(dir, "audited.yaml")
+	require.NoError(t, os.WriteFile(audited, []byte(strings.Replace(string(raw), "audit: {enabled: false}", "audit: {policy: "+policy+"}", 1)), 0o644))
+	r = troy(t, dir, "agent", "run", audited, "say done", "--nats-url", natsURL)
+	require.Equal(t, 0, r.code, r.stderr)
+	run = strings.TrimPrefix(strings.Fields(r.stdout[strings.Index(r.stdout, "run="):])[0], "run=")
+	require.Eventually(t, func() bool {
+		r = troy(t, dir, "replay", run, "--no-interactive", "--nats-url", natsURL)
+		return r.code == 0
+	}, 20*time.Second, 200*time.Millisecond)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	assert.Contains(t, r.stdout, "trace "+run+" · agent ")
+	r = troy(t, dir, "replay", "no-such-run", "--no-interactive", "--nats-url", natsURL)
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "no audit report of run no-such-run")
 
 	cfg = writeAgent(t, dir, "responses: ["+plan("s1", "execute_code")+`, {"tool_calls": [{"name": "execute_code", "arguments": {"language": "bash", "code": "sleep 2"}}]}]`+"\n")
 	code, stdout, _ := interruptAt(t, dir, "[1] call execute_code", "", 1, "agent", "run", cfg, "sleep", "--nats-url", natsURL)

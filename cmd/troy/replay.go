@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/troy-audit/troy/pkg/agentrun"
+	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -19,11 +24,11 @@ import (
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
-func newReplayCmd() *cobra.Command {
+func newReplayCmd(g *globalFlags) *cobra.Command {
 	var policyPath, comparePath string
 	var noInteractive, jsonOut bool
 	cmd := &cobra.Command{
-		Use:   "replay AUDIT_JSON|TRACE [--policy P] [--compare-policy Q] [--no-interactive]",
+		Use:   "replay AUDIT_JSON|TRACE|RUN_ID [--policy P] [--compare-policy Q] [--no-interactive]",
 		Short: "Step through a trace in the terminal: its steps, what each policy flags on them, why each step ran",
 		Long: `Open a stored audit (audit.json) or a trace file in a terminal viewer: the
 steps beside the selected step's detail (type, name, input, output, metadata,
@@ -34,12 +39,21 @@ f filter by rule id or step type, e expand JSON, q quit.
 An audit shows its recorded verdict; --policy P and --compare-policy Q add
 those policies' verdicts on the same trace (evaluated here, no LLM), and tab
 switches between them, marking what each adds or drops against the first.
-A trace file needs --policy. --no-interactive, or a stdout that is not a
+A trace file needs --policy. An agent run id (troy agent run prints it)
+finds that run's audit on the bus (--nats-url, default nats://127.0.0.1:4222).
+--no-interactive, or a stdout that is not a
 terminal, prints the steps instead (with the difference when two policies
 are given).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, sides, err := replayInput(args[0], policyPath, comparePath)
+			data, err := os.ReadFile(args[0])
+			if errors.Is(err, fs.ErrNotExist) && agentrun.ValidID(args[0]) {
+				data, err = fetchRunAudit(cmd, g, args[0])
+			}
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			a, sides, err := replayInput(args[0], data, policyPath, comparePath)
 			if err != nil {
 				return codeError{exitError, err}
 			}
@@ -78,11 +92,7 @@ are given).`,
 
 // replayInput reads an audit.json or a trace file and the verdicts to show
 // on it: the audit's recorded one first, then each policy given.
-func replayInput(path, policyPath, comparePath string) (*report.Audit, []replayui.Side, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
+func replayInput(path string, data []byte, policyPath, comparePath string) (*report.Audit, []replayui.Side, error) {
 	var a report.Audit
 	var sides []replayui.Side
 	if json.Unmarshal(data, &a) == nil && a.SchemaVersion != "" && a.Trace != nil && len(a.Trace.Steps) > 0 {
@@ -124,6 +134,30 @@ func replayInput(path, policyPath, comparePath string) (*report.Audit, []replayu
 		a.SeverityCounts = score.Compute(first.Violations).SeverityCounts
 	}
 	return &a, sides, nil
+}
+
+// fetchRunAudit fetches an agent run's audit from the bus, as audit.json.
+func fetchRunAudit(cmd *cobra.Command, g *globalFlags, runID string) ([]byte, error) {
+	client := g.client("troy-replay")
+	if client.URL == "" {
+		client.URL = "nats://127.0.0.1:4222"
+	}
+	nc, err := bus.Connect(client)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a file, and as a run id: %w", runID, err)
+	}
+	defer nc.Close()
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	rep, err := agentrun.FindReport(ctx, js, runID)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a file, and as a run id: %w", runID, err)
+	}
+	return report.MarshalAudit(rep.Audit)
 }
 
 func ruleDescriptions(p *policy.Policy) map[string]string {

@@ -238,3 +238,56 @@ func Replay(ctx context.Context, js jetstream.JetStream, since time.Time, fn fun
 		}
 	}
 }
+
+// FindReport returns the newest audit report of a run's trace on the
+// outcomes stream (reading the reports' summary headers, then the one
+// body), or an error saying it is not there (outcomes expire with the
+// stream's max age).
+func FindReport(ctx context.Context, js jetstream.JetStream, runID string) (*events.Reported, error) {
+	st, err := js.Stream(ctx, pipelines.StreamOutcomes)
+	if err != nil {
+		return nil, fmt.Errorf("outcomes: %w", err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("troy.report.live"))
+	if err != nil {
+		return nil, fmt.Errorf("outcomes: %w", err)
+	}
+	last := info.State.LastSeq
+	var found uint64
+	if info.State.Subjects["troy.report.live"] > 0 {
+		cons, err := js.OrderedConsumer(ctx, pipelines.StreamOutcomes, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"troy.report.live"}, DeliverPolicy: jetstream.DeliverAllPolicy, HeadersOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("outcomes: %w", err)
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return nil, fmt.Errorf("outcomes: %w", err)
+		}
+		defer it.Stop()
+		for {
+			m, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				return nil, fmt.Errorf("outcomes: %w", err)
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if m.Headers().Get(events.HeaderTraceID) == runID {
+				found = md.Sequence.Stream
+			}
+			if md.NumPending == 0 || md.Sequence.Stream >= last {
+				break
+			}
+		}
+	}
+	if found == 0 {
+		return nil, fmt.Errorf("no audit report of run %s on %s (it may not have finished, or has expired)", runID, pipelines.StreamOutcomes)
+	}
+	raw, err := st.GetMsg(ctx, found)
+	if err != nil {
+		return nil, fmt.Errorf("outcomes: %w", err)
+	}
+	return events.Decode[events.Reported](raw.Data)
+}
