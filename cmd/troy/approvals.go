@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/troy-audit/troy/pkg/agentrun"
+	"github.com/troy-audit/troy/pkg/httpauth"
 )
 
 func newApprovalsCmd(g *globalFlags) *cobra.Command {
@@ -145,9 +146,17 @@ func approvalHandler(a *agentrun.Approvals) http.Handler {
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "a denial needs a reason: the agent reads it"})
 			return
 		}
+		// who decided: the token the request came in with, which a client
+		// cannot claim otherwise; its own "by" is kept beside it
 		by := body.By
 		if by == "" {
 			by = "http"
+		}
+		if name := httpauth.TokenName(r.Context()); name != "" && name != body.By {
+			by = "token " + name
+			if body.By != "" {
+				by += " (" + body.By + ")"
+			}
 		}
 		rec, err := a.Decide(r.Context(), r.PathValue("id"), *body.Approved, by, body.Reason)
 		var done *agentrun.AlreadyDecided

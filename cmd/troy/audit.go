@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -76,12 +77,12 @@ func (f *auditFlags) writeCIReports(p *policy.Policy, findings []report.Findings
 	}
 	if f.sarif != "" {
 		b, err := report.SARIF(p, findings, report.SARIFOptions{Root: root, Version: version,
-			Read: func(source string) ([]byte, error) {
-				file, _, _ := strings.Cut(source, ".jsonl:")
-				if file != source {
-					file += ".jsonl"
+			Read: func(source string) ([]byte, error) { // a trace file of its own, within the trace size limit
+				path := filepath.Join(root, source)
+				if st, err := os.Stat(path); err != nil || st.Size() > int64(f.maxTraceBytes) {
+					return nil, fmt.Errorf("%s: not read", path)
 				}
-				return os.ReadFile(filepath.Join(root, file))
+				return os.ReadFile(path)
 			}})
 		if err == nil {
 			err = report.WriteFileAtomic(f.sarif, b, f.modes)
@@ -127,7 +128,9 @@ func (f *auditFlags) writeBatchHTML(outDir string, b *report.Batch) error {
 				}
 			}
 			if rel, err := filepath.Rel(pageDir, target); err == nil {
-				row.Link = filepath.ToSlash(rel)
+				// folder names may hold %XX (report.FileName): escaped, so a
+				// browser asks for the folder as it is named
+				row.Link = (&url.URL{Path: filepath.ToSlash(rel)}).EscapedPath()
 			}
 		}
 		rows = append(rows, row)
@@ -263,6 +266,10 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 			if e.Status == report.StatusRejected {
 				for _, p := range e.Problems {
 					fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s: %s\n", e.Source, p)
+				}
+				// CI still gets its files, saying the input was not audited
+				if err := f.writeCIReports(engine.Policy(), []report.Findings{report.RejectedFindings(e)}, filepath.Dir(args[0])); err != nil {
+					return codeError{exitError, err}
 				}
 				return codeError{exitError, fmt.Errorf("%s was rejected: fix the problems above and audit again", e.Source)}
 			}

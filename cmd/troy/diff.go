@@ -46,6 +46,9 @@ findings").`,
 				r.WriteText(cmd.OutOrStdout())
 			}
 			if failOnNew != "" {
+				if r.Matched == 0 && len(old) > 0 && len(cur) > 0 { // a gate that compared nothing must not pass
+					return codeError{exitError, fmt.Errorf("no trace of %s is in %s (traces are matched by trace_id): nothing to compare, so --fail-on-new cannot pass", args[0], args[1])}
+				}
 				if n := r.NewAtOrAbove(failOnNew); n > 0 {
 					return codeError{exitViolation, fmt.Errorf("%d new violation(s) at or above %s (--fail-on-new %s)", n, failOnNew, failOnNew)}
 				}

@@ -76,6 +76,9 @@ func TestDiffTwoBatches(t *testing.T) {
 	assert.Contains(t, r.stderr, "new violation(s) at or above high")
 	r = troy(t, dir, "diff", "before", "after", "--fail-on-new", "critical")
 	assert.Equal(t, 0, r.code, "none at critical")
+	r = troy(t, dir, "diff", filepath.Join("before", "support-bot-pii-exfil-001", "audit.json"), filepath.Join("after", "support-bot-copy", "audit.json"), "--fail-on-new", "critical")
+	assert.Equal(t, 1, r.code, "a gate that compared nothing does not pass")
+	assert.Contains(t, r.stderr, "nothing to compare")
 
 	// two single audits, and a folder that holds none
 	one := filepath.Join("before", "support-bot-pii-exfil-001", "audit.json")
@@ -97,4 +100,16 @@ func TestDiffTwoBatches(t *testing.T) {
 	assert.Contains(t, r.stdout, "2026-11-01       6")
 	assert.Contains(t, r.stdout, "2026-11-02       6")
 	assert.Regexp(t, `(?m)^  no-llm-calls +0\.00 → `, r.stdout)
+}
+
+// A trace troy audit rejects still gives CI its files: the input as an
+// error, not a missing file.
+func TestAuditRejectedStillWritesCIFiles(t *testing.T) {
+	_, policy := examples(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(`{"trace_id": "x", "steps": "no"}`), 0o644))
+	r := troy(t, dir, "audit", "bad.json", policy, "--junit", "j.xml", "--sarif", "s.sarif")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, string(read(t, dir, "j.xml")), `errors="1"`)
+	assert.Contains(t, string(read(t, dir, "s.sarif")), "bad.json was not audited")
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +26,8 @@ func newTmux(t *testing.T, dir string, width, height int, command ...string) *tm
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is needed (make test installs it when it can)")
 	}
-	s := &tmuxScreen{t: t, socket: "troy-test-" + filepath.Base(dir)}
+	// a server of its own: concurrent runs never share a session
+	s := &tmuxScreen{t: t, socket: fmt.Sprintf("troy-test-%d-%d", os.Getpid(), rand.Int64())}
 	args := []string{"new-session", "-d", "-s", "t", "-x", strconv.Itoa(width), "-y", strconv.Itoa(height), "-c", dir,
 		strings.Join(quoteAll(command), " ") + "; echo '[exited]'; sleep 60"}
 	s.run(args...)
@@ -99,8 +102,9 @@ func TestReplayViewerInATerminal(t *testing.T) {
 	screen := s.waitFor(`filter "any-http"`, "1 of 5 steps")
 	require.NotContains(t, screen, "crm_lookup", "the other steps are filtered out")
 
-	s.keys("f", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "Enter", "/", "refund", "Enter")
-	s.waitFor(`search "refund"`, "of 5 steps")
+	s.keys("f", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "BSpace", "Enter", "/", "refund_status", "Enter")
+	screen = s.waitFor(`filter "" search "refund_status": 1 of 5 steps`, "step 2 · s3 · tool_call refund_status")
+	require.NotContains(t, screen, "crm_lookup", "the search keeps only the matching step")
 
 	s.keys("q")
 	s.waitFor("[exited]")

@@ -131,8 +131,10 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			// A client that sends its request slowly (or never finishes
 			// it) is cut off, so slow connections cannot pile up.
-			srv := &http.Server{Handler: httpHandler(ctx, st, reg, api, sec), ReadHeaderTimeout: min(5*time.Second, readTimeout),
+			handler, closeConsole := httpHandler(ctx, st, reg, api, sec)
+			srv := &http.Server{Handler: handler, ReadHeaderTimeout: min(5*time.Second, readTimeout),
 				ReadTimeout: readTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20, TLSConfig: sec.tls}
+			srv.RegisterOnShutdown(closeConsole) // open consoles' live feeds end, so shutdown need not wait on them
 			scheme := "http"
 			if sec.tls != nil {
 				scheme = "https"
@@ -242,7 +244,7 @@ type httpAPIConfig struct {
 
 // httpHandler routes the API; with tokens, each endpoint needs its scope
 // (health and readiness stay open, for probes).
-func httpHandler(ctx context.Context, st *stack, reg *prometheus.Registry, api httpAPIConfig, sec httpSecurity) http.Handler {
+func httpHandler(ctx context.Context, st *stack, reg *prometheus.Registry, api httpAPIConfig, sec httpSecurity) (http.Handler, func()) {
 	tokens := sec.tokens
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/traces", tokens.Require(httpauth.Ingest, httpapi.Traces(st.js, api.traces)))
@@ -263,7 +265,8 @@ func httpHandler(ctx context.Context, st *stack, reg *prometheus.Registry, api h
 	if sessions, err := agentrun.OpenSessions(ctx, st.js); err == nil {
 		ccfg.Sessions = sessions
 	}
-	for pattern, h := range webconsole.New(ctx, ccfg).Handlers(tokens.Require, httpauth.Read) {
+	con := webconsole.New(ctx, ccfg)
+	for pattern, h := range con.Handlers(tokens.Require, httpauth.Read) {
 		mux.Handle(pattern, h)
 	}
 	mux.Handle("POST /console/login", tokens.Login(sec.tls != nil))
@@ -286,5 +289,5 @@ func httpHandler(ctx context.Context, st *stack, reg *prometheus.Registry, api h
 	// browser (the open loopback API above all: a forged approval or
 	// trace): cross-origin browser requests that change state are
 	// refused; clients that are not browsers send no such headers.
-	return http.NewCrossOriginProtection().Handler(mux)
+	return http.NewCrossOriginProtection().Handler(mux), con.Close
 }

@@ -78,6 +78,7 @@ type Console struct {
 	violations []Violation // newest last
 	reports    []Report
 	clients    map[chan sseEvent]struct{}
+	closed     bool
 	problem    error // why the live feed is not running, for the page
 }
 
@@ -91,7 +92,7 @@ type sseEvent struct {
 // the page, not fatal.
 func New(ctx context.Context, cfg Config) *Console {
 	c := &Console{cfg: cfg, clients: map[chan sseEvent]struct{}{}}
-	context.AfterFunc(ctx, c.closeAll) // pages following the feed let the server stop
+	context.AfterFunc(ctx, c.Close) // pages following the feed let the server stop
 	start := time.Now().Add(-backlog)
 	if err := c.follow(ctx, pipelines.StreamViolations, []string{"troy.violations.>"}, start, false, c.onViolation); err != nil {
 		c.fail(err)
@@ -184,9 +185,12 @@ func (c *Console) broadcast(kind string, v any) {
 	}
 }
 
-func (c *Console) closeAll() {
+// Close ends every live feed and refuses new ones, so an HTTP server's
+// shutdown does not wait on open consoles (http.Server.RegisterOnShutdown).
+func (c *Console) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for ch := range c.clients {
 		delete(c.clients, ch)
 		close(ch)
@@ -216,6 +220,11 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 	ch := make(chan sseEvent, clientQueue)
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		http.Error(w, "the server is stopping", http.StatusServiceUnavailable)
+		return
+	}
 	if len(c.clients) >= maxClients {
 		c.mu.Unlock()
 		http.Error(w, fmt.Sprintf("%d consoles already follow the live feed", maxClients), http.StatusServiceUnavailable)

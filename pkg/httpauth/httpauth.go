@@ -7,6 +7,7 @@ package httpauth
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -228,11 +229,18 @@ func Append(path, name string, scopes []string) (string, error) {
 // (EventSource) cannot send an Authorization header.
 const CookieName = "troy_token"
 
+// cookieRoute says where the console's cookie stands for a token: the
+// console's own routes and the approvals it decides, not the rest of the
+// API (ingest, the guard), which a browser has no business calling.
+func cookieRoute(path string) bool {
+	return path == "/console" || strings.HasPrefix(path, "/console/") || strings.HasPrefix(path, "/v1/approvals/")
+}
+
 // lookup finds the token a request presents: in its Authorization header,
-// or else in the console's cookie.
+// or else, on the console's routes, in the console's cookie.
 func lookup(list []Token, r *http.Request) (Token, bool) {
 	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	if !ok && cookieRoute(r.URL.Path) {
 		if c, err := r.Cookie(CookieName); err == nil {
 			secret, ok = c.Value, true
 		}
@@ -258,8 +266,8 @@ func (ts *Tokens) Require(scope string, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list, err := ts.current()
-		if err != nil { // fail closed, and say why to whoever looks
-			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: "+err.Error())
+		if err != nil { // fail closed; the detail is the operator's (Err), not the client's
+			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: its operator must fix it")
 			return
 		}
 		t, ok := lookup(list, r)
@@ -272,8 +280,26 @@ func (ts *Tokens) Require(scope string, next http.Handler) http.Handler {
 			problem(w, http.StatusForbidden, fmt.Sprintf("token %q may not do this: it needs scope %q", t.Name, scope))
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nameKey{}, t.Name)))
 	})
+}
+
+type nameKey struct{}
+
+// TokenName is the name of the token a request was let in with ("" when
+// the API is open): who did it, for the records.
+func TokenName(ctx context.Context) string {
+	n, _ := ctx.Value(nameKey{}).(string)
+	return n
+}
+
+// Err says why the tokens file in force cannot be used, nil when it can.
+func (ts *Tokens) Err() error {
+	if ts == nil {
+		return nil
+	}
+	_, err := ts.current()
+	return err
 }
 
 // Login takes a token posted by the web console ({"token": "…"}) and, if
@@ -294,9 +320,10 @@ func (ts *Tokens) Login(secure bool) http.Handler {
 		}
 		list, err := ts.current()
 		if err != nil {
-			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: "+err.Error())
+			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: its operator must fix it")
 			return
 		}
+		body.Token = strings.TrimSpace(body.Token)
 		probe := &http.Request{Header: http.Header{"Authorization": {"Bearer " + body.Token}}}
 		if _, ok := lookup(list, probe); !ok {
 			problem(w, http.StatusUnauthorized, "that is not a token this server accepts")

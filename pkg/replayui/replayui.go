@@ -13,8 +13,10 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
+	"github.com/troy-audit/troy/pkg/trace"
 )
 
 // Side is one policy's verdict on the trace.
@@ -47,6 +49,7 @@ type Model struct {
 // New makes a viewer of an audit's trace (and explanations) under sides,
 // the first being the one the others are compared with.
 func New(a *report.Audit, sides []Side) *Model {
+	a, sides = sanitized(a, sides)
 	m := &Model{audit: a, sides: sides, width: 100, height: 30}
 	m.refilter()
 	return m
@@ -389,7 +392,11 @@ func (m *Model) renderDetail(w, h int) string {
 		} else {
 			j, _ = json.Marshal(part.v)
 		}
-		line("%s %s", bold.Render(part.name+":"), string(j))
+		text := strings.Split(string(j), "\n")
+		for k := range text {
+			text[k] = clean(text[k])
+		}
+		line("%s %s", bold.Render(part.name+":"), strings.Join(text, "\n"))
 	}
 	// wrap to the pane, then show the part scrolled to
 	var lines []string
@@ -402,6 +409,73 @@ func (m *Model) renderDetail(w, h int) string {
 		lines = append(lines[:h-1], dim.Render(fmt.Sprintf("… %d more lines (space / pgdown)", len(lines)-h+1)))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// clean drops the control characters of text that came from a trace (or
+// an LLM's explanation of it): an escape sequence written to the terminal
+// could redraw the screen, retitle it, or reach the clipboard.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t' || r == '\r':
+			return ' '
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
+			return -1
+		}
+		return r
+	}, s)
+}
+
+func cleanAll(list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = clean(s)
+	}
+	return out
+}
+
+// sanitized copies what the viewer prints with every string cleaned.
+func sanitized(a *report.Audit, sides []Side) (*report.Audit, []Side) {
+	cp := *a
+	t := *a.Trace
+	t.TraceID, t.AgentName = clean(t.TraceID), clean(t.AgentName)
+	t.Steps = make([]*trace.Step, len(a.Trace.Steps))
+	for i, st := range a.Trace.Steps {
+		c := *st
+		c.StepID, c.Type, c.Name, c.Description, c.Timestamp = clean(c.StepID), clean(c.Type), clean(c.Name), clean(c.Description), clean(c.Timestamp)
+		t.Steps[i] = &c
+	}
+	cp.Trace = &t
+	cp.Explanations = make(map[string]explain.Step, len(a.Explanations))
+	for id, e := range a.Explanations {
+		e.Why, e.Alternatives = clean(e.Why), clean(e.Alternatives)
+		e.DataAccessed, e.FedBy, e.Risks = cleanAll(e.DataAccessed), cleanAll(e.FedBy), cleanAll(e.Risks)
+		cp.Explanations[clean(id)] = e
+	}
+	out := make([]Side, len(sides))
+	for i, sd := range sides {
+		c := sd
+		c.Name = clean(sd.Name)
+		c.Violations = make([]policy.Violation, len(sd.Violations))
+		for j, v := range sd.Violations {
+			v.RuleID, v.StepID, v.Description = clean(v.RuleID), clean(v.StepID), clean(v.Description)
+			if policy.SeverityRank(v.Severity) == 0 {
+				v.Severity = "low" // an unknown severity still shows, as the lowest
+			}
+			c.Violations[j] = v
+		}
+		c.RuleErrors = make([]policy.RuleError, len(sd.RuleErrors))
+		for j, e := range sd.RuleErrors {
+			e.RuleID, e.StepID, e.Error = clean(e.RuleID), clean(e.StepID), clean(e.Error)
+			c.RuleErrors[j] = e
+		}
+		c.Rules = make(map[string]string, len(sd.Rules))
+		for k, d := range sd.Rules {
+			c.Rules[clean(k)] = clean(d)
+		}
+		out[i] = c
+	}
+	return &cp, out
 }
 
 func truncate(s string, w int) string {

@@ -74,3 +74,19 @@ func TestViewerKeys(t *testing.T) {
 	assert.Contains(t, screen, "no step matches")
 	assert.True(t, strings.Count(screen, "\n") <= 30, "the screen fits the terminal")
 }
+
+// Text from a trace cannot drive the terminal: escape sequences and other
+// control characters are dropped before anything is drawn.
+func TestViewerDropsControlCharacters(t *testing.T) {
+	evil := "x\x1b]52;c;cHduZWQ=\x07\x1b[2J\u009b31m"
+	a := &report.Audit{Trace: &trace.Trace{TraceID: evil, AgentName: evil, Steps: []*trace.Step{
+		{StepID: "a", Type: "tool_call", Name: evil, Description: evil, Output: map[string]any{"o": evil}},
+	}}}
+	m := replayui.New(a, []replayui.Side{{Name: "p", Violations: []policy.Violation{{RuleID: "r", StepID: "a", Severity: "", Description: evil}}}})
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 30})
+	screen := m.Render()
+	for _, bad := range []string{"\x1b]52", "\x1b[2J", "\u009b", "\x07"} {
+		assert.NotContains(t, screen, bad)
+	}
+	assert.Contains(t, ansi.Strip(screen), "x]52;c;cHduZWQ=[2J31m", "the text stays, without its control characters")
+}

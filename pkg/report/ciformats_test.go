@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -145,7 +146,10 @@ func TestSARIFIsValidAndLocated(t *testing.T) {
 				} `json:"toolExecutionNotifications"`
 			} `json:"invocations"`
 			Results []struct {
-				RuleID    string `json:"ruleId"`
+				RuleID     string `json:"ruleId"`
+				Properties struct {
+					StepID string `json:"step_id"`
+				} `json:"properties"`
 				Level     string `json:"level"`
 				Locations []struct {
 					Physical struct {
@@ -171,7 +175,7 @@ func TestSARIFIsValidAndLocated(t *testing.T) {
 		data, err := os.ReadFile(filepath.Join("../..", loc.Artifact.URI))
 		require.NoError(t, err)
 		line := strings.Split(string(data), "\n")[loc.Region.StartLine-1]
-		assert.Contains(t, line, `"step_id"`, "%s points at a step", r.RuleID)
+		assert.Regexp(t, `"step_id":\s*"`+regexp.QuoteMeta(r.Properties.StepID)+`"`, line, "%s points at its own step", r.RuleID)
 	}
 	assert.False(t, run.Invocations[0].ExecutionSuccessful, "a rejected input is not a clean run")
 	texts := ""
@@ -180,4 +184,23 @@ func TestSARIFIsValidAndLocated(t *testing.T) {
 	}
 	assert.Contains(t, texts, "broken.json was not audited")
 	assert.Contains(t, texts, "rule amount-doubled could not be evaluated")
+}
+
+// A .jsonl input's results point at its line: every trace there has its
+// own, whatever its steps are called.
+func TestSARIFLocatesJSONLLines(t *testing.T) {
+	p, all := exampleFindings(t)
+	var one report.Findings
+	for _, f := range all {
+		if len(f.Violations) > 0 {
+			one = f
+			break
+		}
+	}
+	one.Source = "batch.jsonl:7"
+	b, err := report.SARIF(p, []report.Findings{one}, report.SARIFOptions{Root: "in",
+		Read: func(string) ([]byte, error) { t.Fatal("a .jsonl line is not read again"); return nil, nil }})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"uri": "in/batch.jsonl"`)
+	assert.Equal(t, len(one.Violations)+len(one.RuleErrors), strings.Count(string(b), `"startLine": 7`), "results and rule errors")
 }

@@ -39,6 +39,7 @@ type Regression struct {
 	New       string      `json:"new"`
 	OldTraces int         `json:"old_traces"`
 	NewTraces int         `json:"new_traces"`
+	Matched   int         `json:"traces_in_both"` // compared: the rest is added or missing
 	NewV      []Change    `json:"new_violations"`
 	Fixed     []Change    `json:"fixed_violations"`
 	Unchanged int         `json:"unchanged_violations"`
@@ -87,11 +88,16 @@ func LoadFindings(path string) ([]Findings, error) {
 		return nil, fmt.Errorf("%s holds no audit: want an audit.json, or a folder troy audit or audit-batch wrote", path)
 	}
 	out := make([]Findings, 0, len(files))
+	seen := map[string]bool{}
 	for _, file := range files {
 		f, err := loadAuditFindings(file, file)
 		if err != nil {
 			return nil, err
 		}
+		if seen[f.TraceID] { // a trace in the batch and in the folder's own audit.json counts once
+			continue
+		}
+		seen[f.TraceID] = true
 		out = append(out, f)
 	}
 	return out, nil
@@ -121,7 +127,8 @@ type changeKey struct{ trace, rule, step string }
 
 // DiffRuns compares the findings of two runs, matched by trace id.
 func DiffRuns(oldName string, old []Findings, newName string, cur []Findings) Regression {
-	r := Regression{Old: oldName, New: newName, OldTraces: len(old), NewTraces: len(cur)}
+	r := Regression{Old: oldName, New: newName, OldTraces: len(old), NewTraces: len(cur),
+		NewV: []Change{}, Fixed: []Change{}, Risk: []RiskDelta{}, Added: []string{}, Missing: []string{}}
 	index := func(all []Findings) (map[string]Findings, map[changeKey]Change) {
 		traces, viols := map[string]Findings{}, map[changeKey]Change{}
 		for _, f := range all {
@@ -151,6 +158,9 @@ func DiffRuns(oldName string, old []Findings, newName string, cur []Findings) Re
 	}
 	for id, n := range newT {
 		o, ok := oldT[id]
+		if ok {
+			r.Matched++
+		}
 		switch {
 		case !ok:
 			r.Added = append(r.Added, id)
@@ -193,7 +203,10 @@ func (r Regression) NewAtOrAbove(severity string) int {
 // WriteText prints the diff for a terminal or a CI log.
 func (r Regression) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "troy diff: %s → %s\n", r.Old, r.New)
-	fmt.Fprintf(w, "traces: %d → %d (%d added, %d missing)\n", r.OldTraces, r.NewTraces, len(r.Added), len(r.Missing))
+	fmt.Fprintf(w, "traces: %d → %d (%d in both, %d added, %d missing)\n", r.OldTraces, r.NewTraces, r.Matched, len(r.Added), len(r.Missing))
+	if r.Matched == 0 && r.OldTraces > 0 && r.NewTraces > 0 {
+		fmt.Fprintln(w, "  no trace is in both: traces are matched by trace_id, so nothing was compared (give the agent's runs stable trace ids)")
+	}
 	fmt.Fprintf(w, "violations: %d new%s, %d fixed%s, %d unchanged\n", len(r.NewV), severityNote(r.NewV), len(r.Fixed), severityNote(r.Fixed), r.Unchanged)
 	for _, c := range r.NewV {
 		fmt.Fprintf(w, "  NEW    %-8s %s  trace %s step %s: %s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, firstLine(c.Description))

@@ -42,4 +42,11 @@ func TestDiffRunsMatchesByTraceRuleAndStep(t *testing.T) {
 	assert.Contains(t, out.String(), "violations: 2 new (1 critical, 1 medium), 1 fixed (1 medium), 2 unchanged")
 	assert.Contains(t, out.String(), "RISK   a 40 → 70 (+30)")
 	assert.Contains(t, out.String(), "MISSING gone")
+	assert.Contains(t, out.String(), "traces: 3 → 3 (2 in both, 1 added, 1 missing)")
+
+	none := report.DiffRuns("old", old[:1], "new", cur[2:])
+	assert.Zero(t, none.Matched)
+	out.Reset()
+	none.WriteText(&out)
+	assert.Contains(t, out.String(), "no trace is in both", "a diff that compared nothing says so")
 }

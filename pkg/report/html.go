@@ -73,8 +73,18 @@ type svgGraph struct {
 	Edges         []svgEdge
 }
 
+// htmlViolation is a violation with the step it names (Found false when
+// the trace has no such step: shown as named, linked nowhere).
+type htmlViolation struct {
+	policy.Violation
+	Found bool
+	Index int
+	Step  *htmlStep
+}
+
 type htmlAudit struct {
 	*Audit
+	Rows      []htmlViolation
 	Steps     []htmlStep
 	StepByID  map[string]int
 	Graph     svgGraph
@@ -120,6 +130,13 @@ func HTML(a *Audit) ([]byte, error) {
 	}
 	for _, s := range policy.Severities {
 		v.Severity = append(v.Severity, sevCount{s, a.SeverityCounts[s], severityColor[s]})
+	}
+	for _, x := range a.Violations {
+		row := htmlViolation{Violation: x}
+		if i, ok := v.StepByID[x.StepID]; ok {
+			row.Found, row.Index, row.Step = true, i, &v.Steps[i]
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	v.Graph = graphSVG(v.Steps, v.StepByID, a.Graph)
 	v.Timeline = timelineSVG(v.Steps)

@@ -31,6 +31,7 @@ func TestHTMLReportIsSelfContainedAndEscaped(t *testing.T) {
 		Violations: []policy.Violation{
 			{RuleID: "exfil", StepID: "b", StepIndex: 1, Severity: "critical", Description: "data left"},
 			{RuleID: "net", StepID: "b", StepIndex: 1, Severity: "high", Description: "external call"},
+			{RuleID: "ghost", StepID: "zz", Severity: "low", Description: "names a step the trace lacks"},
 		},
 		RuleErrors:   []policy.RuleError{{RuleID: "broken", StepID: "c", StepIndex: 2, Error: "no field amount"}},
 		Explanations: map[string]explain.Step{"b": {StepID: "b", Why: "to send the record <out>", Confidence: 0.8, Alternatives: "ask first"}},
@@ -53,6 +54,7 @@ func TestHTMLReportIsSelfContainedAndEscaped(t *testing.T) {
 	assert.Contains(t, page, "<b>Alternatives:</b> ask first")
 	assert.Contains(t, page, "no field amount", "rule errors")
 	assert.Len(t, regexp.MustCompile(`id="step-\d"`).FindAllString(page, -1), 3)
+	assert.Contains(t, page, "zz <span class=\"muted\">(not a step of this trace)</span>", "a violation of a missing step links nowhere")
 }
 
 func TestBatchHTMLLinksEveryTrace(t *testing.T) {

@@ -32,8 +32,18 @@ func FindingsOf(source string, a *Audit) Findings {
 	f := Findings{Source: source, RiskScore: a.RiskScore, Violations: a.Violations, RuleErrors: a.RuleErrors, Steps: map[string]StepInfo{}}
 	if a.Trace != nil {
 		f.TraceID, f.AgentName = a.Trace.TraceID, a.Trace.AgentName
+		// only the steps a message names: a large batch keeps little per trace
+		named := map[string]bool{}
+		for _, v := range a.Violations {
+			named[v.StepID] = true
+		}
+		for _, e := range a.RuleErrors {
+			named[e.StepID] = true
+		}
 		for _, s := range a.Trace.Steps {
-			f.Steps[s.StepID] = StepInfo{Type: s.Type, Name: s.Name}
+			if named[s.StepID] {
+				f.Steps[s.StepID] = StepInfo{Type: s.Type, Name: s.Name}
+			}
 		}
 	}
 	return f

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/troy-audit/troy/pkg/policy"
@@ -133,9 +134,19 @@ func SARIF(p *policy.Policy, all []Findings, opt SARIFOptions) ([]byte, error) {
 	run := sarifRun{Tool: sarifTool{driver}, Results: []sarifResult{}}
 	inv := sarifInvocation{ExecutionSuccessful: true}
 	for _, f := range all {
+		// where the trace's steps are: a .jsonl line is the trace's line;
+		// in a file of its own, the line of each step (best effort: a
+		// result without a line is still a result)
 		var data []byte
-		if opt.Read != nil {
-			data, _ = opt.Read(f.Source) // best effort: a result without a line is still a result
+		line := jsonlLine(f.Source)
+		if line == 0 && opt.Read != nil {
+			data, _ = opt.Read(f.Source)
+		}
+		at := func(stepID string) *sarifRegionRef {
+			if line > 0 {
+				return &sarifRegionRef{StartLine: line}
+			}
+			return stepLine(data, stepID)
 		}
 		file := sarifArtifact{URI: sarifURI(opt.Root, f.Source)}
 		if len(f.Rejected) > 0 {
@@ -146,7 +157,7 @@ func SARIF(p *policy.Policy, all []Findings, opt SARIFOptions) ([]byte, error) {
 			continue
 		}
 		for _, v := range f.Violations {
-			loc := sarifLocation{Physical: &sarifPhysical{Artifact: file, Region: stepLine(data, v.StepID)},
+			loc := sarifLocation{Physical: &sarifPhysical{Artifact: file, Region: at(v.StepID)},
 				Logical: []sarifLogical{{Name: v.StepID, FullyQualifiedName: f.TraceID + "/" + v.StepID, Kind: "element"}}}
 			fp := sha256.Sum256([]byte(f.TraceID + "\x00" + v.RuleID + "\x00" + v.StepID))
 			run.Results = append(run.Results, sarifResult{RuleID: v.RuleID, Level: sarifLevelOf(v.Severity),
@@ -158,7 +169,7 @@ func SARIF(p *policy.Policy, all []Findings, opt SARIFOptions) ([]byte, error) {
 		for _, e := range f.RuleErrors {
 			inv.Notifications = append(inv.Notifications, sarifNotification{Level: "warning",
 				Message:    sarifText{fmt.Sprintf("rule %s could not be evaluated at %s of trace %s: %s", e.RuleID, f.stepLabel(e.StepID), f.TraceID, e.Error)},
-				Locations:  []sarifLocation{{Physical: &sarifPhysical{Artifact: file, Region: stepLine(data, e.StepID)}}},
+				Locations:  []sarifLocation{{Physical: &sarifPhysical{Artifact: file, Region: at(e.StepID)}}},
 				Descriptor: &sarifRef{ID: e.RuleID}})
 		}
 	}
@@ -180,6 +191,19 @@ func sarifLevelOf(severity string) string {
 	default:
 		return "warning"
 	}
+}
+
+// jsonlLine is N of a "file.jsonl:N" source, 0 for any other.
+func jsonlLine(source string) int {
+	i := strings.LastIndexByte(source, ':')
+	if i < 0 || !strings.HasSuffix(source[:i], ".jsonl") {
+		return 0
+	}
+	n, err := strconv.Atoi(source[i+1:])
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
 }
 
 // sarifURI is a source's path relative to root, with forward slashes

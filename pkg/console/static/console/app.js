@@ -19,12 +19,24 @@ function cell(row, text, cls) {
 function time(t) { return new Date(t).toLocaleTimeString(); }
 
 var MAX_ROWS = 200;
+var seen = {};
 
-function prepend(tableId, row, fresh) {
+// insert keeps a table newest first, whatever order rows arrive in (the
+// state a page loads and the live feed overlap), and each row once.
+function insert(tableId, key, row, t, fresh) {
+  if (seen[key]) { return false; }
+  seen[key] = true;
   var body = document.querySelector("#" + tableId + " tbody");
+  var at = new Date(t).getTime();
+  row.dataset.t = String(at);
   if (fresh) { row.className = "fresh"; }
-  body.insertBefore(row, body.firstChild);
+  var before = null;
+  for (var i = 0; i < body.rows.length; i++) {
+    if (Number(body.rows[i].dataset.t) < at) { before = body.rows[i]; break; }
+  }
+  body.insertBefore(row, before);
   while (body.rows.length > MAX_ROWS) { body.deleteRow(body.rows.length - 1); }
+  return true;
 }
 
 function addViolation(v, fresh) {
@@ -37,7 +49,7 @@ function addViolation(v, fresh) {
   cell(row, v.step_id);
   cell(row, v.agent);
   cell(row, v.message);
-  prepend("violations", row, fresh);
+  insert("violations", ["v", v.time, v.trace_id, v.step_id, v.rule_id].join("|"), row, v.time, fresh);
   document.getElementById("violation-count").textContent = "(" + document.querySelector("#violations tbody").rows.length + ")";
 }
 
@@ -52,7 +64,7 @@ function addReport(r, fresh) {
   cell(row, String(r.steps));
   cell(row, String(r.risk_score));
   ["critical", "high", "medium", "low"].forEach(function (s) { cell(row, String((r.severity_counts || {})[s] || 0)); });
-  prepend("reports", row, fresh);
+  insert("reports", "r|" + r.seq, row, r.time, fresh);
 }
 
 function problem(text) {
@@ -66,7 +78,7 @@ function needLogin() {
   document.getElementById("app").hidden = true;
 }
 
-function load() {
+function state() {
   return fetch("/console/state", { credentials: "same-origin" }).then(function (res) {
     if (res.status === 401) { needLogin(); throw new Error("sign in"); }
     if (!res.ok) { throw new Error("state: " + res.status); }
@@ -75,19 +87,29 @@ function load() {
     (st.violations || []).forEach(function (v) { addViolation(v, false); });
     (st.reports || []).forEach(function (r) { addReport(r, false); });
     problem(st.problem);
+  });
+}
+
+function load() {
+  return state().then(function () {
     follow();
     agents();
     setInterval(agents, 5000);
   });
 }
 
+// follow the live feed; every (re)connection reloads the state too, so
+// what came while it was away is filled in (rows are deduplicated).
 function follow() {
   var live = document.getElementById("live");
   var es = new EventSource("/console/events");
-  es.addEventListener("hello", function () { live.textContent = "live"; live.className = "pill on"; });
+  es.addEventListener("hello", function () {
+    live.textContent = "live"; live.className = "pill on";
+    state().catch(function (err) { problem(String(err.message)); });
+  });
   es.addEventListener("violation", function (e) { addViolation(JSON.parse(e.data), true); });
   es.addEventListener("report", function (e) { addReport(JSON.parse(e.data), true); });
-  es.addEventListener("lagged", function () { es.close(); location.reload(); });
+  es.addEventListener("lagged", function () { es.close(); live.textContent = "catching up…"; live.className = "pill off"; setTimeout(follow, 1000); });
   es.onerror = function () { live.textContent = "reconnecting…"; live.className = "pill off"; };
 }
 
