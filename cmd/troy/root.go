@@ -113,7 +113,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		"do not create or update streams, consumers and buckets, only check they are there (users without the right to; an operator runs troy provision; env TROY_NO_PROVISION=1)")
 	pf.StringVar(&g.logLevel, "log-level", os.Getenv("TROY_LOG_LEVEL"), "debug, info, warn or error (env TROY_LOG_LEVEL)")
 	pf.StringVar(&g.logFormat, "log-format", os.Getenv("TROY_LOG_FORMAT"), "console or json (default: console on a terminal, else json)")
-	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(g), newDiffCmd(), newTrendsCmd(), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newTokensCmd(), newProvisionCmd(g), newNATSConfigCmd(), newVersionCmd())
+	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(g), newDiffCmd(), newTrendsCmd(), newMCPProxyCmd(g), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newTokensCmd(), newProvisionCmd(g), newNATSConfigCmd(), newVersionCmd())
 	return root
 }
 
