@@ -16,7 +16,8 @@
 #      against watermill-nats (tools/cmd/transportbench);
 #   6. the agent loop per iteration (in process and on the bus) and the
 #      tool registry's overhead per call;
-#   7. the goals of the pipeline issue, each as a ratio: audit-batch on 10k
+#   7. troy mcp-proxy's added latency per tools/call (p50, p99);
+#   8. the goals of the pipeline issue, each as a ratio: audit-batch on 10k
 #      traces against 2,000 traces/s and against half the Python reference's
 #      bare rate (json.load + evaluate, same traces, same run); the evaluator
 #      against 20x Python's evaluate(); the in-process guard against p50 5 µs
@@ -118,6 +119,10 @@ echo "== decision ledger: one writer appending one record per ack, then atomic b
 go test -run '^$' -bench 'BenchmarkAppend|BenchmarkVerify|BenchmarkCheckpoint' -benchtime 2s ./pkg/ledger/ | tee "$WORK/ledger.txt" | awk '/^Benchmark/ { for (i=1;i<=NF;i++) if ($(i)=="records/s" || $(i)=="ns/entry") printf "  %-28s %12s %s\n", $1, $(i-1), $(i) }'
 
 echo
+echo "== MCP proxy: a tools/call straight to the server and through troy mcp-proxy (guard with a cross-step rule), stdio-like pipes"
+go test -run '^$' -bench 'BenchmarkProxyCall' -benchtime 5000x ./pkg/mcpproxy/ | tee "$WORK/mcp.txt" | awk '/^Benchmark/ { for (i=1;i<=NF;i++) if ($(i)=="p50-µs" || $(i)=="p99-µs") printf "  %-30s %8s %s\n", $1, $(i-1), $(i) }'
+awk '/direct/ { for (i=1;i<=NF;i++) if ($(i)=="p50-µs") d50=$(i-1); if ($(i)=="p99-µs") d99=$(i-1) } /proxied/ { for (i=1;i<=NF;i++) { if ($(i)=="p50-µs") p50=$(i-1); if ($(i)=="p99-µs") p99=$(i-1) } } END { printf "  added by the proxy: p50 %d µs, p99 %d µs (target: under 1,000 µs)\n", p50-d50, p99-d99 }' "$WORK/mcp.txt"
+
 echo "== troy audit-batch, embedded NATS, offline explainer"
 if [ -n "$SHM" ]; then
   batch "1k, output on tmpfs" "$WORK/t1k" "$SHM"
