@@ -13,10 +13,16 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/troy-audit/troy/pipelines"
+	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/mcpproxy"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/policystore"
+	"github.com/troy-audit/troy/pkg/stream"
 )
 
 func newMCPProxyCmd(g *globalFlags) *cobra.Command {
@@ -68,10 +74,16 @@ stdout is the protocol.
 			}
 			sessions := guard.NewMemSessions()
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			audit, auditWhere, err := mcpAudit(cctx, g, engine, log)
+			if err != nil {
+				return codeError{exitError, err}
+			}
 			px, err := mcpproxy.Connect(cctx, up, mcpproxy.Config{
 				Guard: &guard.Local{Policies: guard.Static{E: engine}, Sessions: sessions, Timeout: 5 * time.Second}, Sessions: sessions,
-				Monitor: monitor, Log: log,
+				Monitor: monitor, Log: log, Ended: audit.End,
 				Observe: func(c mcpproxy.Call) {
+					audit.Observe(c)
 					if len(c.Decision.Violations) > 0 || c.Decision.Decision == guard.Block {
 						ev := log.Warn().Str("session", c.Session).Str("client", c.Client).Str("tool", c.Tool).Str("decision", c.Decision.Decision)
 						for _, v := range c.Decision.Violations {
@@ -84,11 +96,11 @@ stdout is the protocol.
 						}
 					}
 				}})
-			cancel()
 			if err != nil {
 				return codeError{exitError, err}
 			}
 			defer px.Close()
+			fmt.Fprintf(cmd.ErrOrStderr(), "troy mcp-proxy: %d tools behind policy %s; audit: %s\n", len(px.Tools()), engine.Policy().PolicyID, auditWhere)
 			srv := px.Server()
 			if listen == "" {
 				err := srv.Run(ctx, &mcp.StdioTransport{})
@@ -102,7 +114,7 @@ stdout is the protocol.
 				return codeError{exitError, err}
 			}
 			hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil), ReadHeaderTimeout: 5 * time.Second}
-			fmt.Fprintf(cmd.ErrOrStderr(), "troy mcp-proxy: %d tools, serving MCP on http://%s\n", len(px.Tools()), lis.Addr())
+			fmt.Fprintf(cmd.ErrOrStderr(), "troy mcp-proxy: serving MCP on http://%s\n", lis.Addr())
 			go func() {
 				<-ctx.Done()
 				sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
@@ -121,4 +133,34 @@ stdout is the protocol.
 	fl.StringVar(&listen, "listen", "", "serve MCP over streamable HTTP on this loopback address (default: stdio)")
 	fl.BoolVar(&monitor, "monitor", false, "forward every call; only report what would be blocked")
 	return cmd
+}
+
+// mcpAudit streams each session into the audit of the troy serve at
+// --nats-url (findings on its troy.violations.>, reports by its
+// reporter); without one, sessions are checked but not audited.
+func mcpAudit(ctx context.Context, g *globalFlags, engine *policy.Engine, log zerolog.Logger) (*mcpproxy.Streamer, string, error) {
+	if g.natsURL == "" {
+		return nil, "off (give --nats-url of a troy serve to stream each session into its audit)", nil
+	}
+	nc, err := bus.Connect(g.client("troy-mcp-proxy"))
+	if err != nil {
+		return nil, "", err
+	}
+	js, err := bus.JetStream(nc)
+	if err != nil {
+		return nil, "", err
+	}
+	store, err := policystore.Open(ctx, js)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := store.Ensure(ctx, engine.Policy(), false); err != nil {
+		return nil, "", err
+	}
+	starts, err := js.KeyValue(ctx, pipelines.BucketStreams)
+	if err != nil {
+		return nil, "", fmt.Errorf("bucket %s: %w (is troy serve running against this server?)", pipelines.BucketStreams, err)
+	}
+	return &mcpproxy.Streamer{Sender: stream.Sender{Pub: js, Partitions: bus.StreamPartitions(mustTopology())}, Starts: starts,
+		PolicyHash: engine.Hash(), Log: log}, "each session streamed to " + bus.RedactURL(g.natsURL), nil
 }

@@ -42,6 +42,7 @@ rules:
     condition: step.name == 'write_file' and any_prev({ matches(text(#.input), '[.]env') })
 `), 0o644))
 
+	natsURL, _ := startServe(t, dir) // the audit the proxy streams its sessions into
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	connect := func(cmd *exec.Cmd) *mcp.ClientSession {
@@ -53,7 +54,7 @@ rules:
 		return cs
 	}
 	proxied := func() *mcp.ClientSession {
-		cmd := exec.CommandContext(ctx, troyBin, "mcp-proxy", "--policy", filepath.Join(dir, "p.yaml"), "--", node, server, data)
+		cmd := exec.CommandContext(ctx, troyBin, "mcp-proxy", "--policy", filepath.Join(dir, "p.yaml"), "--nats-url", natsURL, "--", node, server, data)
 		cmd.Dir = dir
 		return connect(cmd)
 	}
@@ -98,6 +99,22 @@ rules:
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "rule write-after-secret (critical)")
 	_, err = os.Stat(out)
 	assert.True(t, os.IsNotExist(err), "the blocked write never reached the server")
+
+	// the session was audited as it went: its finding is on troy.violations.>
+	r := troy(t, dir, "violations", "tail", "--nats-url", natsURL, "--since", "1h", "--rule", "write-after-secret", "--limit", "1", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"agent_name":"e2e-agent"`)
+	assert.Contains(t, r.stdout, "write_file")
+	require.NoError(t, attacker.Close()) // the session ends: its trace is reported
+	require.Eventually(t, func() bool {
+		reports, _ := filepath.Glob(filepath.Join(dir, "reports", "root", "*", "mcp-*", "report.md"))
+		for _, f := range reports {
+			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "write-after-secret") {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "the session's report, with its violation")
 
 	// the first connection read no secret: its write goes through
 	res, err = viaTroy.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": filepath.Join(data, "ok.txt"), "content": "fine"}})

@@ -43,6 +43,8 @@ type Config struct {
 	// Observe, when set, sees every call with its decision and, when it
 	// ran, its result (for audit and metrics).
 	Observe func(Call)
+	// Ended, when set, hears that a client's connection (a session) ended.
+	Ended func(session string)
 }
 
 // Call is one tools/call through the proxy.
@@ -127,6 +129,9 @@ func (p *Proxy) session(ss *mcp.ServerSession) string {
 		p.mu.Unlock()
 		if p.cfg.Sessions != nil {
 			p.cfg.Sessions.Forget(id)
+		}
+		if p.cfg.Ended != nil {
+			p.cfg.Ended(id)
 		}
 	}()
 	return id
