@@ -28,6 +28,7 @@ import (
 func newMCPProxyCmd(g *globalFlags) *cobra.Command {
 	var policyPath, upstream, listen string
 	var monitor bool
+	var results string
 	cmd := &cobra.Command{
 		Use:   "mcp-proxy --policy FILE [--monitor] [--listen ADDR] (--upstream URL | -- COMMAND [ARGS…])",
 		Short: "Put the guard in front of an MCP server: every tools/call checked, blocked calls never forwarded",
@@ -49,6 +50,11 @@ stdout is the protocol.
 			}
 			if (upstream == "") == (len(args) == 0) {
 				return codeError{exitError, errors.New("name the upstream MCP server: --upstream URL, or -- COMMAND [ARGS…] to run it")}
+			}
+			switch results {
+			case mcpproxy.ResultsAnnotate, mcpproxy.ResultsWithhold, mcpproxy.ResultsOff:
+			default:
+				return codeError{exitError, fmt.Errorf("--results %q: want annotate, withhold or off", results)}
 			}
 			if listen != "" && !isLoopback(listen) {
 				return codeError{exitError, fmt.Errorf("--listen %s is reachable from the network: the proxy's HTTP side has no authentication yet; bind 127.0.0.1", listen)}
@@ -81,7 +87,7 @@ stdout is the protocol.
 			}
 			px, err := mcpproxy.Connect(cctx, up, mcpproxy.Config{
 				Guard: &guard.Local{Policies: guard.Static{E: engine}, Sessions: sessions, Timeout: 5 * time.Second}, Sessions: sessions,
-				Monitor: monitor, Log: log, Ended: audit.End,
+				Monitor: monitor, Log: log, Ended: audit.End, Results: results,
 				Observe: func(c mcpproxy.Call) {
 					audit.Observe(c)
 					if len(c.Decision.Violations) > 0 || c.Decision.Decision == guard.Block {
@@ -132,6 +138,7 @@ stdout is the protocol.
 	fl.StringVar(&upstream, "upstream", "", "the MCP server's streamable HTTP endpoint (instead of running one after --)")
 	fl.StringVar(&listen, "listen", "", "serve MCP over streamable HTTP on this loopback address (default: stdio)")
 	fl.BoolVar(&monitor, "monitor", false, "forward every call; only report what would be blocked")
+	fl.StringVar(&results, "results", mcpproxy.ResultsAnnotate, "a result the detectors fire on (secrets, prompt injection, personal data): annotate marks it untrusted, withhold answers an error instead, off passes it")
 	return cmd
 }
 

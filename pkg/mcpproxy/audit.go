@@ -74,6 +74,15 @@ func (s *Streamer) Observe(c Call) {
 	if c.Err != nil {
 		step.Metadata["error"] = c.Err.Error()
 	}
+	if len(c.Findings) > 0 {
+		var fs []map[string]any
+		for _, f := range c.Findings {
+			m := f.Map()
+			delete(m, "value") // the kind, not the secret itself, goes into the audit
+			fs = append(fs, m)
+		}
+		step.Metadata["result_findings"] = fs
+	}
 	body, _ := json.Marshal(step)
 	if err := s.Sender.Steps(ctx, c.Session, body, c.Client, s.PolicyHash); err != nil {
 		s.Log.Error().Err(err).Str("session", c.Session).Str("tool", c.Tool).Msg("mcp audit: a call could not be streamed")
