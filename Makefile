@@ -25,6 +25,7 @@ demo: build
 
 test: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd sdk/langchaingo && GOWORK=off $(GO) test -race -count=1 -timeout 10m ./...
 
 test-deps:
 	@bash scripts/test-deps.sh
@@ -41,6 +42,7 @@ fuzz:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
 	$(GO) vet ./...
+	cd sdk/langchaingo && GOWORK=off $(GO) vet ./...
 
 schemas:
 	UPDATE_SCHEMAS=1 $(GO) test ./schemas/ -run TestSchemas -count=1
