@@ -26,6 +26,7 @@ demo: build
 test: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd sdk/langchaingo && GOWORK=off $(GO) test -race -count=1 -timeout 10m ./...
+	cd sdk/python && python3 -m unittest discover -s tests
 
 test-deps:
 	@bash scripts/test-deps.sh
