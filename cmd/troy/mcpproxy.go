@@ -119,7 +119,10 @@ stdout is the protocol.
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil), ReadHeaderTimeout: 5 * time.Second}
+			hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+				// a client gone without saying so ends its session (its history
+				// freed, its trace ended and reported) after this long idle
+				&mcp.StreamableHTTPOptions{SessionTimeout: 30 * time.Minute}), ReadHeaderTimeout: 5 * time.Second}
 			fmt.Fprintf(cmd.ErrOrStderr(), "troy mcp-proxy: serving MCP on http://%s\n", lis.Addr())
 			go func() {
 				<-ctx.Done()

@@ -26,8 +26,14 @@ type Streamer struct {
 	PolicyHash string
 	Log        zerolog.Logger
 
+	mu       sync.Mutex
+	sessions map[string]*streamed // per session: its own lock, so one slow send holds up no other session
+}
+
+type streamed struct {
 	mu    sync.Mutex
-	steps map[string]int // calls sent per session
+	steps int
+	ended bool
 }
 
 // maxResultText bounds what a step keeps of a result's text.
@@ -40,13 +46,23 @@ func (s *Streamer) Observe(c Call) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.steps == nil {
-		s.steps = map[string]int{}
+	if s.sessions == nil {
+		s.sessions = map[string]*streamed{}
+	}
+	st, ok := s.sessions[c.Session]
+	if !ok {
+		st = &streamed{}
+		s.sessions[c.Session] = st
+	}
+	s.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended { // a call still in flight when its connection closed
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, started := s.steps[c.Session]
+	n, started := st.steps, st.steps > 0
 	if !started {
 		body, _ := json.Marshal(stream.Start{AgentName: c.Client, Metadata: map[string]any{"runtime": "troy mcp-proxy", "mcp_session": c.Session}})
 		if err := stream.Record(ctx, s.Starts, c.Session, body); err != nil {
@@ -59,7 +75,7 @@ func (s *Streamer) Observe(c Call) {
 		}
 	}
 	n++
-	s.steps[c.Session] = n
+	st.steps = n
 	step := &trace.Step{StepID: strconv.Itoa(n), Type: "tool_call", Name: c.Tool, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 		Metadata: map[string]any{"decision": c.Decision.Decision, "mode": c.Decision.Mode, "runtime": "mcp"}}
 	if len(c.Args) > 0 {
@@ -95,10 +111,16 @@ func (s *Streamer) End(session string) {
 		return
 	}
 	s.mu.Lock()
-	_, started := s.steps[session]
-	delete(s.steps, session)
+	st, ok := s.sessions[session]
+	delete(s.sessions, session)
 	s.mu.Unlock()
-	if !started {
+	if !ok {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.ended = true
+	if st.steps == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -80,6 +80,7 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]string
+	checking map[string]*sync.Mutex // per session: calls in one session are checked one at a time
 }
 
 // Connect starts a client session with the upstream server over t and
@@ -93,7 +94,7 @@ func Connect(ctx context.Context, t mcp.Transport, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcp proxy: connect to the upstream server: %w", err)
 	}
-	p := &Proxy{cfg: cfg, upstream: cs, sessions: map[*mcp.ServerSession]string{}}
+	p := &Proxy{cfg: cfg, upstream: cs, sessions: map[*mcp.ServerSession]string{}, checking: map[string]*sync.Mutex{}}
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			_ = cs.Close()
@@ -136,10 +137,12 @@ func (p *Proxy) session(ss *mcp.ServerSession) string {
 	_, _ = rand.Read(b)
 	id := "mcp-" + hex.EncodeToString(b)
 	p.sessions[ss] = id
+	p.checking[id] = &sync.Mutex{}
 	go func() { // the session's history goes with its connection
 		_ = ss.Wait()
 		p.mu.Lock()
 		delete(p.sessions, ss)
+		delete(p.checking, id)
 		p.mu.Unlock()
 		if p.cfg.Sessions != nil {
 			p.cfg.Sessions.Forget(id)
@@ -149,6 +152,17 @@ func (p *Proxy) session(ss *mcp.ServerSession) string {
 		}
 	}()
 	return id
+}
+
+func (p *Proxy) checkLock(session string) *sync.Mutex {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.checking[session]
+	if !ok {
+		l = &sync.Mutex{}
+		p.checking[session] = l
+	}
+	return l
 }
 
 func clientName(ss *mcp.ServerSession) string {
@@ -171,10 +185,16 @@ func (p *Proxy) handler(tool string) mcp.ToolHandler {
 		if p.cfg.Monitor {
 			mode = guard.Monitor
 		}
+		// one check at a time per session: concurrent calls (the SDK
+		// serves them in parallel) would each be judged on a history
+		// without the other
+		lock := p.checkLock(call.Session)
+		lock.Lock()
 		d, err := p.cfg.Guard.Check(ctx, guard.Request{Policy: p.cfg.Policy, SessionID: call.Session, Agent: guard.Agent{Name: call.Client},
 			Action: guard.Action{Type: "tool_call", Name: tool, Input: input}, Mode: mode})
+		lock.Unlock()
 		call.Decision, call.Err = d, err
-		if d.Decision == guard.Block && !p.cfg.Monitor {
+		if (err != nil || d.Decision != guard.Allow) && !p.cfg.Monitor { // anything but an allow blocks
 			p.cfg.Log.Info().Str("session", call.Session).Str("tool", tool).Str("decision", d.Decision).Msg("mcp call blocked")
 			p.observe(call)
 			return refusal(tool, d), nil
@@ -192,16 +212,35 @@ func (p *Proxy) handler(tool string) mcp.ToolHandler {
 	}
 }
 
-// scan runs the detectors over a result's text.
+// scan runs the detectors over everything a result carries as text: its
+// text and embedded resources' text (joined, so a secret split across
+// items is still one) and its structured content. Text past what the
+// detectors read is itself a finding: unread is not clean.
 func scan(r *mcp.CallToolResult) []detect.Finding {
-	var out []detect.Finding
+	var parts []string
 	for _, c := range r.Content {
-		if t, ok := c.(*mcp.TextContent); ok {
-			out = append(out, detect.Secrets(t.Text)...)
-			out = append(out, detect.Injection(t.Text)...)
-			out = append(out, detect.PII(t.Text)...)
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			parts = append(parts, c.Text)
+		case *mcp.EmbeddedResource:
+			if c.Resource != nil && c.Resource.Text != "" {
+				parts = append(parts, c.Resource.Text)
+			}
 		}
 	}
+	if r.StructuredContent != nil {
+		if b, err := json.Marshal(r.StructuredContent); err == nil {
+			parts = append(parts, string(b))
+		}
+	}
+	text := strings.Join(parts, "")
+	var out []detect.Finding
+	if len(text) > detect.MaxText {
+		out = append(out, detect.Finding{Kind: "unscanned", Description: fmt.Sprintf("%d bytes, past the %d the detectors read", len(text), detect.MaxText)})
+	}
+	out = append(out, detect.Secrets(text)...)
+	out = append(out, detect.Injection(text)...)
+	out = append(out, detect.PII(text)...)
 	return out
 }
 

@@ -98,8 +98,9 @@ func inputValue(input string) any {
 
 // Streamer streams a run's steps into troy serve's live audit (POST
 // /v1/traces/{id}/steps), each as it happens: LLM calls, tool calls with
-// their input and output, and the agent's final answer. It never slows or
-// breaks the run: a step troy did not take is kept in Errors.
+// their input and output, and the agent's final answer. It never breaks
+// the run (a step troy did not take is kept in Errors), but each step is
+// one HTTP call, made before the run goes on.
 type Streamer struct {
 	callbacks.SimpleHandler
 	URL     string // troy serve's HTTP API

@@ -194,6 +194,12 @@ class CrewAITest(unittest.TestCase):
         self.assertIsNone(hook(ctx("shell", {"cmd": "ls"})), "allowed: the call goes on")
         self.assertIs(hook(ctx("shell", {"cmd": "rm -rf /"})), False, "blocked: CrewAI does not run it")
 
+        def broken(tool, value):
+            raise RuntimeError("metadata lookup failed")
+
+        bad = crew.before_tool_hook(client(), metadata_fn=broken)
+        self.assertIs(bad(ctx("shell", {"cmd": "ls"})), False, "a hook that fails refuses (CrewAI runs the tool when a hook raises)")
+
 
 if __name__ == "__main__":
     unittest.main()

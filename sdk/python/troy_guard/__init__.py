@@ -81,14 +81,17 @@ class TroyClient:
         if policy:
             body["policy"] = policy
         try:
-            return self._post("/v1/guard/check", body)
+            d = self._post("/v1/guard/check", body)
         except urllib.error.HTTPError as err:  # troy answered: a refused token or a bad request blocks
             detail = err.read().decode(errors="replace")
             return {"decision": BLOCK, "reason": f"troy refused the check ({err.code}): {detail.strip()}"}
-        except (urllib.error.URLError, OSError, ValueError) as err:
+        except Exception as err:  # noqa: BLE001 - whatever kept troy from answering
             if self.fail_open:
                 return {"decision": ALLOW, "reason": f"troy unreachable, failing open: {err}"}
             return {"decision": BLOCK, "reason": f"troy unreachable, failing closed: {err}"}
+        if not isinstance(d, dict) or d.get("decision") not in (ALLOW, BLOCK):
+            return {"decision": BLOCK, "reason": f"troy's answer is not a decision, failing closed: {str(d)[:200]}"}
+        return d
 
     def guard(self, tool: str, input: Any = None, **kw: Any) -> Dict[str, Any]:
         """check, raising TroyBlocked when the action is blocked."""

@@ -10,16 +10,19 @@ from .. import MetadataFn, TroyClient, as_input
 
 def before_tool_hook(client: TroyClient, *, agent: Optional[str] = None, session_id: Optional[str] = None,
                      metadata_fn: Optional[MetadataFn] = None) -> Callable[[Any], Optional[bool]]:
-    """The hook function; register() registers it with CrewAI."""
+    """The hook function; register() registers it with CrewAI. Give the
+    crew run's id as session_id for cross-step rules to see earlier calls."""
 
     def troy_before_tool_call(context: Any) -> Optional[bool]:
-        name = getattr(context, "tool_name", "tool")
-        value = as_input(getattr(context, "tool_input", None))
-        who = agent or getattr(getattr(context, "agent", None), "role", None)
-        d = client.check(name, value, session_id=session_id, agent=who, metadata=metadata_fn(name, value) if metadata_fn else None)
-        if d.get("decision") != "allow":
+        # CrewAI runs the tool when a hook raises: any failure here refuses
+        try:
+            name = getattr(context, "tool_name", "tool")
+            value = as_input(getattr(context, "tool_input", None))
+            who = agent or getattr(getattr(context, "agent", None), "role", None)
+            d = client.check(name, value, session_id=session_id, agent=who, metadata=metadata_fn(name, value) if metadata_fn else None)
+            return None if d.get("decision") == "allow" else False
+        except Exception:  # noqa: BLE001
             return False
-        return None
 
     return troy_before_tool_call
 

@@ -19,13 +19,25 @@ def tool_input_guardrail(client: TroyClient, *, agent: Optional[str] = None, ses
         ctx = data.context
         name = getattr(ctx, "tool_name", "tool")
         value = as_input(getattr(ctx, "tool_arguments", None))
-        d = client.check(name, value, session_id=session_id or getattr(ctx, "tool_call_id", None), agent=agent,
+        d = client.check(name, value, session_id=session_id or _current_trace_id(), agent=agent,
                          metadata=metadata_fn(name, value) if metadata_fn else None)
         if d.get("decision") == "allow":
             return ToolGuardrailFunctionOutput.allow(output_info=d)
         return ToolGuardrailFunctionOutput.reject_content(message=describe(name, d), output_info=d)
 
     return decorate(troy_guard)
+
+
+def _current_trace_id() -> Optional[str]:
+    """The run's trace id, so a run's calls share a session (cross-step
+    rules see the earlier ones)."""
+    try:
+        from agents.tracing import get_current_trace  # type: ignore
+
+        t = get_current_trace()
+        return getattr(t, "trace_id", None)
+    except Exception:  # noqa: BLE001 - no tracing: one call, one session
+        return None
 
 
 class TraceProcessor:
@@ -38,7 +50,7 @@ class TraceProcessor:
         self.errors: list = []
 
     def on_trace_start(self, trace: Any) -> None:
-        self.traces[trace.trace_id] = self.client.trace(trace.trace_id, getattr(trace, "name", None) or self.agent)
+        self.traces[trace.trace_id] = self.client.trace(trace.trace_id, self.agent)
 
     def on_trace_end(self, trace: Any) -> None:
         t = self.traces.pop(trace.trace_id, None)
@@ -56,6 +68,9 @@ class TraceProcessor:
         kind = getattr(data, "type", "") or type(data).__name__
         if kind in ("function", "FunctionSpanData"):
             t.step("tool_call", getattr(data, "name", None), as_input(getattr(data, "input", None)), {"output": getattr(data, "output", None)})
+        elif kind in ("response", "ResponseSpanData"):
+            resp = getattr(data, "response", None)
+            t.step("llm_call", getattr(resp, "model", None), None, {"response_id": getattr(resp, "id", None)})
         elif kind in ("generation", "GenerationSpanData"):
             t.step("llm_call", getattr(data, "model", None), {"messages": getattr(data, "input", None)}, {"messages": getattr(data, "output", None)})
 
