@@ -27,6 +27,7 @@ test: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd sdk/langchaingo && GOWORK=off $(GO) test -race -count=1 -timeout 10m ./...
 	cd sdk/python && python3 -m unittest discover -s tests
+	cd sdk/typescript && npm ci --silent --no-audit --no-fund && npm test --silent
 
 test-deps:
 	@bash scripts/test-deps.sh
