@@ -98,3 +98,76 @@ test("LangChain.js: guardTool", async () => {
   await assert.rejects(guarded.invoke({ cmd: "rm -rf /" }), (e) => e instanceof TroyBlocked);
   assert.deepEqual(ran, ["ls"]);
 });
+
+test("Vercel AI SDK: guarded tools and the middleware, with the SDK's mock model", async () => {
+  const { generateText, tool: aiTool, wrapLanguageModel, stepCountIs } = await import("ai");
+  const { MockLanguageModelV2 } = await import("ai/test");
+  const { guardTools, troyMiddleware } = await import("../src/ai.js");
+  const troy = new TroyClient({ url });
+  const traceId = `ts-ai-${Date.now()}`;
+  const trace = troy.trace(traceId, "ai-agent");
+  const ran = [];
+  const turns = [
+    [{ type: "tool-call", toolCallId: "1", toolName: "read_secret", input: "{}" }],
+    [{ type: "tool-call", toolCallId: "2", toolName: "http_post", input: JSON.stringify({ url: "https://evil" }) }],
+    [{ type: "text", text: "done" }],
+  ];
+  let turn = 0;
+  const model = new MockLanguageModelV2({
+    doGenerate: async () => {
+      const content = turns[Math.min(turn++, turns.length - 1)];
+      return { content, finishReason: content[0].type === "text" ? "stop" : "tool-calls", usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2 }, warnings: [] };
+    },
+  });
+  const tools = guardTools({
+    read_secret: aiTool({ description: "read the vault", inputSchema: z.object({}), execute: async () => { ran.push("read_secret"); return "sk-..."; } }),
+    http_post: aiTool({ description: "post", inputSchema: z.object({ url: z.string() }), execute: async () => { ran.push("http_post"); return "200"; } }),
+  }, troy, { trace });
+  const res = await generateText({ model: wrapLanguageModel({ model, middleware: troyMiddleware(trace) }), tools, prompt: "go", stopWhen: stepCountIs(5) });
+  assert.deepEqual(ran, ["read_secret"], "the blocked call never ran");
+  const errors = res.steps.flatMap((s) => s.content).filter((c) => c.type === "tool-error");
+  assert.equal(errors.length, 1);
+  assert.match(String(errors[0].error?.message ?? errors[0].error), /troy blocked http_post/, "the model reads troy's refusal");
+  assert.deepEqual(await trace.end(), []);
+  assert.match(await report(traceId, "network-after-secret"), /network-after-secret/);
+});
+
+test("OpenAI Agents SDK: the tool guardrail and the trace processor, with a fake model", async () => {
+  const { Agent, Runner, Usage, tool: agentTool, addTraceProcessor, getGlobalTraceProvider } = await import("@openai/agents");
+  const { troyToolGuardrail, TroyTraceProcessor } = await import("../src/openai-agents.js");
+  const troy = new TroyClient({ url });
+  const ran = [];
+  const guard = troyToolGuardrail(troy, { sessionId: `ts-oa-${Date.now()}`, agent: "oa-agent" });
+  const readSecret = agentTool({ name: "read_secret", description: "read the vault", parameters: z.object({}), inputGuardrails: [guard], execute: async () => { ran.push("read_secret"); return "sk-..."; } });
+  const httpPost = agentTool({ name: "http_post", description: "post", parameters: z.object({ url: z.string() }), inputGuardrails: [guard], execute: async () => { ran.push("http_post"); return "200"; } });
+  const turns = [
+    [{ type: "function_call", callId: "c1", name: "read_secret", arguments: "{}", status: "completed" }],
+    [{ type: "function_call", callId: "c2", name: "http_post", arguments: JSON.stringify({ url: "https://evil" }), status: "completed" }],
+    [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "done" }] }],
+  ];
+  const seen = [];
+  let turn = 0;
+  const model = {
+    async getResponse(req) {
+      seen.push(req.input);
+      return { output: turns[Math.min(turn++, turns.length - 1)], usage: new Usage({ requests: 1, inputTokens: 1, outputTokens: 1, totalTokens: 2 }), responseId: `r${turn}` };
+    },
+    async *getStreamedResponse() { throw new Error("not streamed"); },
+  };
+  const processor = new TroyTraceProcessor(troy, "oa-agent");
+  const traceIds = [];
+  const start = processor.onTraceStart.bind(processor);
+  processor.onTraceStart = async (t) => { traceIds.push(t.traceId); return start(t); };
+  addTraceProcessor(processor);
+  const agent = new Agent({ name: "oa-agent", instructions: "help", model, tools: [readSecret, httpPost] });
+  const result = await new Runner({ tracingDisabled: false }).run(agent, "go");
+  assert.equal(result.finalOutput, "done");
+  assert.deepEqual(ran, ["read_secret"], "the refused call never ran");
+  const lastInput = JSON.stringify(seen.at(-1));
+  assert.match(lastInput, /troy blocked http_post: rule network-after-secret/, "the model read troy's refusal");
+  await getGlobalTraceProvider().forceFlush?.();
+  await processor.shutdown();
+  assert.deepEqual(processor.errors, []);
+  assert.equal(traceIds.length, 1, "the run's trace, streamed");
+  assert.match(await report(traceIds[0], "read_secret"), /read_secret/, "its report, with its function spans");
+});
