@@ -113,3 +113,15 @@ func TestAuditRejectedStillWritesCIFiles(t *testing.T) {
 	assert.Contains(t, string(read(t, dir, "j.xml")), `errors="1"`)
 	assert.Contains(t, string(read(t, dir, "s.sarif")), "bad.json was not audited")
 }
+
+// troy --version says what troy version says; -m is --model.
+func TestVersionFlagAndModelShorthand(t *testing.T) {
+	dir := t.TempDir()
+	a := troy(t, dir, "--version")
+	b := troy(t, dir, "version")
+	require.Equal(t, 0, a.code, a.stderr)
+	assert.Equal(t, b.stdout, a.stdout)
+	assert.True(t, strings.HasPrefix(a.stdout, "troy "))
+	r := troy(t, dir, "audit", "--help")
+	assert.Contains(t, r.stdout, "-m, --model")
+}

@@ -27,7 +27,7 @@ type llmFlags struct {
 
 func (f *llmFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "LLM for explanations (env TROY_MODEL; default "+llm.DefaultModel+")")
+	fl.StringVarP(&f.model, "model", "m", "", "LLM for explanations (env TROY_MODEL; default "+llm.DefaultModel+")")
 	fl.StringVar(&f.baseURL, "base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env OPENAI_BASE_URL)")
 	fl.StringVar(&f.apiKey, "api-key", "", "API key (env OPENAI_API_KEY; prefer the environment or .env to a flag)")
 	fl.IntVar(&f.concurrency, "llm-concurrency", 16, "LLM calls in flight at once")

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,6 +84,18 @@ func writeNew(path string, data []byte, force bool) error {
 	return f.Close()
 }
 
+func isJSONPath(path string) bool { return strings.EqualFold(filepath.Ext(path), ".json") }
+
+// encodePolicy writes a policy as its file's extension says: JSON for
+// .json, YAML otherwise.
+func encodePolicy(path string, p *policy.Policy) ([]byte, error) {
+	if isJSONPath(path) {
+		b, err := json.MarshalIndent(p, "", "  ")
+		return append(b, '\n'), err
+	}
+	return yaml.Marshal(p)
+}
+
 func newPoliciesCopyCmd() *cobra.Command {
 	var out string
 	var force bool
@@ -91,6 +105,15 @@ func newPoliciesCopyCmd() *cobra.Command {
 			src, err := templates.Source(args[0])
 			if err != nil {
 				return codeError{exitError, err}
+			}
+			if isJSONPath(out) { // the extension decides the format (the YAML keeps its comments)
+				p, err := policy.Parse(src)
+				if err != nil {
+					return codeError{exitError, err}
+				}
+				if src, err = encodePolicy(out, p); err != nil {
+					return codeError{exitError, err}
+				}
 			}
 			if err := writeNew(out, src, force); err != nil {
 				return codeError{exitError, err}
@@ -120,7 +143,7 @@ func newPoliciesInitCmd() *cobra.Command {
 			if _, err := policy.Compile(p); err != nil {
 				return codeError{exitError, err}
 			}
-			data, err := yaml.Marshal(p)
+			data, err := encodePolicy(out, p)
 			if err != nil {
 				return codeError{exitError, err}
 			}
@@ -185,7 +208,7 @@ with any, nothing is written unless --partial.`,
 			if p == nil || (len(probs) > 0 && !partial) || len(p.Rules) == 0 {
 				return codeError{exitError, fmt.Errorf("%d rule(s) could not be translated; nothing written (--partial writes the others)", len(probs))}
 			}
-			yml, err := yaml.Marshal(p)
+			yml, err := encodePolicy(out, p)
 			if err != nil {
 				return codeError{exitError, err}
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,4 +80,21 @@ func TestPoliciesPushToTheEmbeddedStore(t *testing.T) {
 	r := troy(t, dir, "policies", "push", policy)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "as the latest version of troy-examples: sha256:")
+}
+
+// A .json output gets JSON: the extension decides the format.
+func TestPolicyFilesTakeTheirExtensionsFormat(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"policies", "copy", "hipaa", "-o", "copy.json"}, {"policies", "init", "-t", "hipaa", "-o", "init.json"}} {
+		r := troy(t, dir, args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(read(t, dir, args[len(args)-1]), &v), "%v writes JSON", args)
+		assert.NotEmpty(t, v["rules"])
+		r = troy(t, dir, "policies", "lint", args[len(args)-1])
+		assert.Equal(t, 0, r.code, r.stdout+r.stderr)
+	}
+	r := troy(t, dir, "policies", "copy", "hipaa", "-o", "copy.yaml")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, string(read(t, dir, "copy.yaml")), "policy_id: hipaa", "YAML, comments and all, for any other name")
 }

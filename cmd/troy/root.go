@@ -97,9 +97,11 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "troy",
 		Short:         "Audit what AI agents do, and govern them while they run",
+		Version:       version, // troy --version, as troy version
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("troy {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()

@@ -125,7 +125,18 @@ func why(s *trace.Step) string {
 	if desc == "" {
 		return "The agent " + act + "."
 	}
-	return fmt.Sprintf("The agent %s to %s.", act, strings.TrimSuffix(lowerFirst(desc), "."))
+	// the description, whatever its grammar ("fetch the customer",
+	// "permission denied, so retry with sudo"), after a colon: "to …"
+	// read as nonsense for anything but a purpose
+	return fmt.Sprintf("The agent %s: %s.", act, strings.TrimSuffix(lowerFirst(desc), "."))
+}
+
+// plural is "1 step", "2 steps".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // dataAccessed names the fields a step read and wrote, e.g. input.query.
@@ -164,7 +175,7 @@ func summary(t *trace.Trace, g execgraph.Graph, risky int) string {
 	var parts []string
 	for _, typ := range trace.StepTypes {
 		if n := counts[typ]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, strings.ReplaceAll(typ, "_", " ")))
+			parts = append(parts, plural(n, strings.ReplaceAll(typ, "_", " ")))
 		}
 	}
 	flows := 0
@@ -174,11 +185,23 @@ func summary(t *trace.Trace, g execgraph.Graph, risky int) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ran %d steps (%s)", t.AgentName, len(t.Steps), strings.Join(parts, ", "))
+	fmt.Fprintf(&b, "%s ran %s (%s)", t.AgentName, plural(len(t.Steps), "step"), strings.Join(parts, ", "))
 	if len(tools) > 0 {
 		fmt.Fprintf(&b, " using %s", strings.Join(tools, ", "))
 	}
-	fmt.Fprintf(&b, "; data flowed between steps %d times; %d of %d steps carry a risk.", flows, risky, len(t.Steps))
+	switch flows {
+	case 0:
+		b.WriteString("; no data flowed between steps")
+	case 1:
+		b.WriteString("; data flowed between steps once")
+	default:
+		fmt.Fprintf(&b, "; data flowed between steps %d times", flows)
+	}
+	carry := "carry"
+	if len(t.Steps) == 1 {
+		carry = "carries"
+	}
+	fmt.Fprintf(&b, "; %d of %s %s a risk.", risky, plural(len(t.Steps), "step"), carry)
 	return b.String()
 }
 

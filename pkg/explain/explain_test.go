@@ -24,7 +24,7 @@ func TestHeuristicExplainsDataRisksAndFlow(t *testing.T) {
 
 	assert.Equal(t, SourceHeuristic, ex.Source)
 	s1 := ex.Steps["1"]
-	assert.Equal(t, "The agent called the tool crm to fetch the customer.", s1.Why)
+	assert.Equal(t, "The agent called the tool crm: fetch the customer.", s1.Why)
 	assert.Equal(t, []string{"input.id", "output.email"}, s1.DataAccessed)
 	assert.Equal(t, []string{"handles pii data"}, s1.Risks)
 
@@ -38,7 +38,7 @@ func TestHeuristicExplainsDataRisksAndFlow(t *testing.T) {
 	}, s2.Risks)
 	assert.Equal(t, []string{"contains text that reads like a prompt injection"}, ex.Steps["3"].Risks)
 	assert.Equal(t, []string{"runs raw SQL"}, ex.Steps["4"].Risks)
-	assert.Equal(t, "bot ran 4 steps (3 tool call, 1 observation) using crm, http_post, sql; data flowed between steps 1 times; 4 of 4 steps carry a risk.", ex.Summary)
+	assert.Equal(t, "bot ran 4 steps (3 tool calls, 1 observation) using crm, http_post, sql; data flowed between steps once; 4 of 4 steps carry a risk.", ex.Summary)
 }
 
 func TestHeuristicOnACleanStep(t *testing.T) {
@@ -49,4 +49,16 @@ func TestHeuristicOnACleanStep(t *testing.T) {
 	assert.Empty(t, s.Risks)
 	assert.NotNil(t, s.Risks, "empty lists, not null, in audit.json")
 	assert.NotNil(t, s.FedBy)
+}
+
+// One of a thing is not "1 things"; a description is quoted after a
+// colon whatever its grammar.
+func TestHeuristicWordsOneThingRight(t *testing.T) {
+	tr := &trace.Trace{TraceID: "t", AgentName: "bot", Steps: []*trace.Step{
+		{StepID: "a", Type: trace.TypeToolCall, Name: "bash", Description: "Permission denied, so retry with sudo"},
+	}}
+	ex := Heuristic(tr, execgraph.Build(tr))
+	assert.Equal(t, "The agent called the tool bash: permission denied, so retry with sudo.", ex.Steps["a"].Why)
+	assert.Contains(t, ex.Summary, "bot ran 1 step (1 tool call) using bash; no data flowed between steps;")
+	assert.Contains(t, ex.Summary, "of 1 step carries a risk.")
 }
