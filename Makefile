@@ -4,10 +4,11 @@ BIN     ?= bin/troy
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help build demo test test-deps test-short bench fuzz lint schemas clean
+.PHONY: help build install demo test test-deps test-short bench fuzz lint schemas clean
 
 help:
 	@echo "make build   - build $(BIN)"
+	@echo "make install - install troy into GOBIN (or GOPATH/bin), so the README's troy … commands run as written"
 	@echo "make demo    - audit the shipped example traces, then run the offline example agent (embedded NATS, no key)"
 	@echo "make test    - unit, component and end-to-end tests, race detector on"
 	@echo "make bench   - evaluator and audit-batch benchmarks (figures on stdout)"
@@ -17,6 +18,10 @@ help:
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/troy
+
+install:
+	$(GO) install -trimpath -ldflags '$(LDFLAGS)' ./cmd/troy
+	@echo "installed troy to $$($(GO) env GOBIN || true)$$([ -n "$$($(GO) env GOBIN)" ] || echo "$$($(GO) env GOPATH)/bin") (put it on your PATH)"
 
 demo: build
 	$(BIN) audit-batch examples/traces examples/policy.yaml --out-dir logs/demo

@@ -142,7 +142,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	defer stopProfiles()
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	err = root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
 	}
@@ -155,7 +155,11 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	}
 	msg := err.Error()
 	fmt.Fprintln(stderr, "troy:", msg)
-	if strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown flag") || strings.Contains(msg, "accepts") || strings.Contains(msg, "requires") {
+	switch {
+	case cmd != nil && cmd != root && (strings.Contains(msg, "arg(s)") || strings.Contains(msg, "unknown flag") || strings.Contains(msg, "flag needs")):
+		// the command's own usage line names what it wants
+		fmt.Fprintf(stderr, "usage: %s\nRun '%s --help' for more.\n", cmd.UseLine(), cmd.CommandPath())
+	case strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown flag") || strings.Contains(msg, "accepts") || strings.Contains(msg, "requires"):
 		fmt.Fprintln(stderr, "Run 'troy --help' for usage.")
 	}
 	return exitError

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -151,6 +152,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: %s://%s (console at /, /healthz /readyz /metrics, POST /v1/traces)\n  http auth: %s\n",
 				targets, natsWhere, scheme, lis.Addr(), sec.tokensSource)
+			fmt.Fprintf(cmd.OutOrStdout(), "  endpoints: %s\n", strings.Join(endpoints(st, scheme+"://"+lis.Addr().String()), ", "))
 			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", scheme+"://"+lis.Addr().String()).Str("http_auth", sec.tokensSource).Msg("troy serving")
 
 			var runErr error
@@ -290,4 +292,13 @@ func httpHandler(ctx context.Context, st *stack, reg *prometheus.Registry, api h
 	// trace): cross-origin browser requests that change state are
 	// refused; clients that are not browsers send no such headers.
 	return http.NewCrossOriginProtection().Handler(mux), con.Close
+}
+
+// endpoints lists what the HTTP API serves, for the banner.
+func endpoints(st *stack, base string) []string {
+	out := []string{"POST " + base + "/v1/traces", "POST /v1/traces/{trace_id}/start|steps|end"}
+	if st.guard != nil {
+		out = append(out, "POST /v1/guard/check")
+	}
+	return append(out, "POST /v1/approvals/{id}", "GET / (console)", "GET /healthz /readyz", "GET /metrics")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/trace"
@@ -203,4 +204,28 @@ func TestSARIFLocatesJSONLLines(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"uri": "in/batch.jsonl"`)
 	assert.Equal(t, len(one.Violations)+len(one.RuleErrors), strings.Count(string(b), `"startLine": 7`), "results and rule errors")
+}
+
+// audit.json keeps text as it was ("a > b"), and a rule error's "<nil>"
+// reads as nil in report.md, not as an HTML entity.
+func TestAuditTextIsNotHTMLEscaped(t *testing.T) {
+	tr := &trace.Trace{TraceID: "t", AgentName: "a", Steps: []*trace.Step{{StepID: "1", Type: "tool_call", Name: "sql", Input: map[string]any{"q": "x > 1 & y < 2"}}}}
+	a := &report.Audit{SchemaVersion: report.SchemaVersion, Trace: tr, RuleErrors: []policy.RuleError{{RuleID: "r", StepID: "1", Error: "invalid operation: <nil> * int"}}}
+	b, err := report.MarshalAudit(a)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "x > 1 & y < 2")
+	md := string(report.Markdown(a))
+	assert.Contains(t, md, "invalid operation: nil * int")
+	assert.NotContains(t, md, "&lt;nil&gt;")
+}
+
+// report.md shows everything the explanation has: alternatives and
+// confidence too, as the original tool did.
+func TestMarkdownShowsAlternativesAndConfidence(t *testing.T) {
+	tr := &trace.Trace{TraceID: "t", AgentName: "a", Steps: []*trace.Step{{StepID: "1", Type: "tool_call", Name: "sql"}}}
+	a := &report.Audit{SchemaVersion: report.SchemaVersion, Trace: tr,
+		Explanations: map[string]explain.Step{"1": {StepID: "1", Why: "to count", Alternatives: "a vetted report", Confidence: 0.75}}}
+	md := string(report.Markdown(a))
+	assert.Contains(t, md, "- **Alternatives:** a vetted report")
+	assert.Contains(t, md, "- **Confidence:** 75%")
 }

@@ -18,7 +18,9 @@ const (
 
 // MarshalAudit renders audit.json.
 func MarshalAudit(a *Audit) ([]byte, error) {
-	b, err := gojson.MarshalIndent(a, "", "  ")
+	// no HTML escaping: audit.json is read by people and tools, not
+	// embedded in a page ("a > b", not "a \u003e b")
+	b, err := gojson.MarshalIndentWithOption(a, "", "  ", gojson.DisableHTMLEscape())
 	if err != nil {
 		return nil, fmt.Errorf("encode audit.json: %w", err)
 	}

@@ -52,7 +52,7 @@ func Markdown(a *Audit) []byte {
 		w("## Rule errors\n\nThese conditions failed to evaluate; the rest of the audit went on. Fix the rule (see `troy policies lint`) and audit again.\n\n")
 		w("| Rule | Step | Error |\n|---|---|---|\n")
 		for _, e := range a.RuleErrors {
-			w("| `%s` | %d · `%s` | %s |\n", e.RuleID, e.StepIndex, e.StepID, mdText(firstLine(e.Error)))
+			w("| `%s` | %d · `%s` | %s |\n", e.RuleID, e.StepIndex, e.StepID, mdText(strings.ReplaceAll(firstLine(e.Error), "<nil>", "nil")))
 		}
 		w("\n")
 	}
@@ -81,6 +81,12 @@ func Markdown(a *Audit) []byte {
 			}
 			for _, r := range e.Risks {
 				w("- **Risk:** %s\n", mdText(r))
+			}
+			if e.Alternatives != "" {
+				w("- **Alternatives:** %s\n", mdText(e.Alternatives))
+			}
+			if e.Confidence > 0 {
+				w("- **Confidence:** %.0f%%\n", e.Confidence*100)
 			}
 		}
 		for _, v := range byStep[s.StepID] {

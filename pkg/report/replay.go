@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -44,8 +45,12 @@ func Compare(before, after []policy.Violation) Diff {
 // violations on it. With diff, steps show which violations are new (+) and
 // which are gone (-) under the other policy.
 func Replay(w io.Writer, a *Audit, diff *Diff) {
-	fmt.Fprintf(w, "trace %s · agent %s · policy %s (%s) · risk %d/100 · %s\n\n",
+	fmt.Fprintf(w, "trace %s · agent %s · policy %s (%s) · risk %d/100 · %s\n",
 		a.Trace.TraceID, a.Trace.AgentName, a.PolicyID, ShortHash(a.PolicyHash), a.RiskScore, SeverityLine(a.SeverityCounts))
+	if a.Summary != "" {
+		fmt.Fprintf(w, "%s\n", a.Summary)
+	}
+	fmt.Fprintln(w)
 	marks := map[string][]string{}
 	add := func(prefix string, vs []policy.Violation) {
 		for _, v := range vs {
@@ -69,6 +74,15 @@ func Replay(w io.Writer, a *Audit, diff *Diff) {
 			desc = " — " + s.Description
 		}
 		fmt.Fprintf(w, "%3d  %s  %s%s%s\n", i, s.StepID, s.Type, name, desc)
+		for _, part := range []struct {
+			name string
+			v    any
+		}{{"input", s.Input}, {"output", s.Output}} {
+			if part.v != nil {
+				b, _ := json.Marshal(part.v)
+				fmt.Fprintf(w, "       %s: %s\n", part.name, truncateText(string(b), 400))
+			}
+		}
 		if e, ok := a.Explanations[s.StepID]; ok {
 			fmt.Fprintf(w, "       why: %s\n", e.Why)
 			if len(e.FedBy) > 0 {
@@ -85,4 +99,13 @@ func Replay(w io.Writer, a *Audit, diff *Diff) {
 	if diff != nil {
 		fmt.Fprintf(w, "\n%d new, %d gone, %d unchanged\n", len(diff.Added), len(diff.Removed), len(diff.Kept))
 	}
+}
+
+// truncateText shortens a long value for one line of a terminal.
+func truncateText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + fmt.Sprintf("… (%d more characters)", len(r)-n)
 }
