@@ -292,6 +292,14 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 					}
 				}
 			}
+			// an LLM that could not explain (unreachable, refused) is said once,
+			// not left to be found inside report.md
+			var warned struct {
+				Warnings []string `json:"warnings"`
+			}
+			if json.Unmarshal(audit, &warned) == nil && len(warned.Warnings) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: explanations fell back to the heuristic: %s\n", warned.Warnings[0])
+			}
 			if f.jsonOut {
 				out.Write(audit)
 				fmt.Fprintln(out)

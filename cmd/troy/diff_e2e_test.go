@@ -125,3 +125,14 @@ func TestVersionFlagAndModelShorthand(t *testing.T) {
 	r := troy(t, dir, "audit", "--help")
 	assert.Contains(t, r.stdout, "-m, --model")
 }
+
+// An LLM that cannot be reached is said once on stderr, with why; the
+// audit still ends with heuristic explanations.
+func TestUnreachableLLMIsSaid(t *testing.T) {
+	traces, policy := examples(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "audit", filepath.Join(traces, "clean_run.json"), policy, "-j", "a.json", "-o", "r.md", "--base-url", "http://127.0.0.1:9/v1")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, "explanations fell back to the heuristic"), r.stderr)
+	assert.Contains(t, r.stderr, "connection refused")
+}

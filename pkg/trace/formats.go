@@ -50,6 +50,13 @@ func ParseAny(data []byte, lim Limits, format, fallbackID string) (*Trace, error
 	if err := gojson.Unmarshal(data, &doc); err != nil {
 		return Parse(data, lim) // its JSON error message has the position
 	}
+	if list, ok := doc.([]any); ok && format == FormatAuto && len(list) > 0 {
+		if _, isObj := list[0].(map[string]any); !isObj { // neither a trace nor a chat log: say what it is
+			return nil, &InvalidError{Problems: []Problem{{Message: fmt.Sprintf(
+				"the input is a JSON list of %d %s: not a troy trace (an object with trace_id, agent_name and steps) nor a chat log (a list of message objects); formats tried: troy, messages (--format otlp reads OTLP/JSON)",
+				len(list), jsonKind(list[0]))}}}
+		}
+	}
 	msgs, meta, id, agent, problem := chatDocument(doc)
 	if problem != "" {
 		return nil, &InvalidError{Problems: []Problem{{Message: problem}}}
@@ -138,4 +145,21 @@ func chatDocument(doc any) (msgs []any, meta map[string]any, id, agent, problem 
 		return nil, nil, "", "", "not a chat log: expected a list of messages, {messages: […]} or {traj: […]}"
 	}
 	return nil, nil, "", "", "not a chat log: expected a JSON list or object"
+}
+
+// jsonKind names what a JSON value is, in the plural, for an error.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case float64, gojson.Number:
+		return "numbers"
+	case string:
+		return "strings"
+	case bool:
+		return "booleans"
+	case []any:
+		return "lists"
+	case nil:
+		return "nulls"
+	}
+	return "values"
 }
