@@ -227,6 +227,15 @@ func (c patternCompiler) Visit(node *ast.Node) {
 	if !ok {
 		return
 	}
+	// '\b' in quotes is a backspace, not a word boundary (\a, \f, \v
+	// alike): valid escapes that silently change what the pattern means
+	if i := strings.IndexAny(s.Value, "\a\b\f\v"); i >= 0 {
+		what := map[byte]string{'\a': `\a is a bell character`, '\b': `\b is a backspace, not a word boundary`,
+			'\f': `\f is a form feed`, '\v': `\v is a vertical tab`}[s.Value[i]]
+		*c.errs = append(*c.errs, &file.Error{Location: s.Location(),
+			Message: "in '…' or \"…\" " + what + ": write the pattern in backquotes, e.g. matches(x, `\\bdrop\\b`)"})
+		return
+	}
 	m, err := NewMatcher(s.Value)
 	if err != nil {
 		*c.errs = append(*c.errs, &file.Error{Location: s.Location(),
