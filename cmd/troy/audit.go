@@ -220,19 +220,16 @@ func newAuditCmd(g *globalFlags) *cobra.Command {
 		Short: "Audit one trace against a policy",
 		Long: `Audit one trace file (JSON) against a policy file (YAML or JSON).
 
-Writes the markdown report and audit.json (default logs/<date>/). Exit code:
+Writes the markdown report and audit.json (default logs/<date>/<trace_id>/). Exit code:
 0 audited, 1 the trace or policy was rejected, 2 --fail-on matched.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(); err != nil {
 				return codeError{exitError, err}
 			}
-			if mdPath == "" {
-				mdPath = filepath.Join(defaultOutDir(), report.MarkdownFile)
-			}
-			if jsonPath == "" {
-				jsonPath = filepath.Join(defaultOutDir(), report.JSONFile)
-			}
+			// by default each trace gets its own folder, logs/<date>/<trace_id>/,
+			// as in a batch: a second audit the same day does not overwrite the first
+			defaultMD, defaultJSON := mdPath == "", jsonPath == ""
 			data, err := os.ReadFile(args[0])
 			if err != nil {
 				return codeError{exitError, fmt.Errorf("read trace: %w", err)}
@@ -244,6 +241,18 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 					return nil
 				}
 				audit = o.Audit
+				if defaultMD || defaultJSON {
+					dir, err := report.TraceDir(defaultOutDir(), f.modes, o.Entry.TraceID)
+					if err != nil {
+						return err
+					}
+					if defaultMD {
+						mdPath = filepath.Join(dir, report.MarkdownFile)
+					}
+					if defaultJSON {
+						jsonPath = filepath.Join(dir, report.JSONFile)
+					}
+				}
 				return report.WriteReport(mdPath, jsonPath, o.Audit, o.Markdown, o.Responses, f.modes)
 			}
 			engine, err := loadPolicy(args[1])
@@ -310,8 +319,8 @@ Writes the markdown report and audit.json (default logs/<date>/). Exit code:
 			return res.exit(f)
 		},
 	}
-	cmd.Flags().StringVarP(&mdPath, "output", "o", "", "markdown report path (default logs/<date>/report.md)")
-	cmd.Flags().StringVarP(&jsonPath, "json-output", "j", "", "audit.json path (default logs/<date>/audit.json)")
+	cmd.Flags().StringVarP(&mdPath, "output", "o", "", "markdown report path (default logs/<date>/<trace_id>/report.md)")
+	cmd.Flags().StringVarP(&jsonPath, "json-output", "j", "", "audit.json path (default logs/<date>/<trace_id>/audit.json)")
 	f.register(cmd)
 	return cmd
 }

@@ -112,8 +112,15 @@ func TestAuditOneTraceAndExitCodes(t *testing.T) {
 	r = troy(t, dir, "audit", pii, policy, "--fail-on", "critical")
 	assert.Equal(t, 2, r.code, "a critical violation with --fail-on critical")
 	assert.Contains(t, r.stderr, "violations at or above critical")
-	_, err := os.Stat(filepath.Join(dir, "logs", time.Now().Format("2006-01-02"), "report.md"))
-	assert.NoError(t, err, "default output goes to logs/<date>/")
+	day := filepath.Join(dir, "logs", time.Now().Format("2006-01-02"))
+	_, err := os.Stat(filepath.Join(day, "support-bot-pii-exfil-001", "report.md"))
+	assert.NoError(t, err, "default output goes to logs/<date>/<trace_id>/")
+	r = troy(t, dir, "audit", filepath.Join(traces, "raw_sql.json"), policy)
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, id := range []string{"support-bot-pii-exfil-001", "analytics-agent-sql-005"} {
+		_, err := os.Stat(filepath.Join(day, id, "audit.json"))
+		assert.NoError(t, err, "a second audit the same day keeps the first: %s", id)
+	}
 
 	r = troy(t, dir, "audit", filepath.Join(traces, "clean_run.json"), policy, "--fail-on", "low", "--json")
 	assert.Equal(t, 0, r.code, r.stderr)

@@ -74,13 +74,16 @@ func LoadFindings(path string) ([]Findings, error) {
 				files = append(files, filepath.Join(path, filepath.Dir(filepath.FromSlash(e.Report)), JSONFile))
 			}
 		}
-	} else if errors.Is(err, fs.ErrNotExist) {
-		if files, err = filepath.Glob(filepath.Join(path, "*", JSONFile)); err != nil {
-			return nil, err
-		}
-	} else {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	// and every trace folder beside (troy audit writes logs/<date>/<trace_id>/);
+	// a trace both in the batch and beside counts once (below)
+	more, err := filepath.Glob(filepath.Join(path, "*", JSONFile))
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, more...)
 	if direct := filepath.Join(path, JSONFile); fileExists(direct) {
 		files = append(files, direct) // troy audit's folder: one audit.json
 	}
