@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/policystore"
 	"github.com/troy-audit/troy/pkg/templates"
@@ -231,27 +232,31 @@ with any, nothing is written unless --partial.`,
 func newPoliciesPushCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "push FILE",
-		Short: "Publish a policy version: evaluators and guards using its id switch to it without a restart",
+		Short: "Publish a policy version to a running troy (--nats-url, NATS_URL, or troy serve's default address): evaluators and guards using its id switch to it without a restart",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := loadPolicy(args[0])
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			log, err := g.logger(cmd.ErrOrStderr(), "warn")
+			// a running troy's store, never a throwaway embedded one no
+			// server would see
+			nc, err := connectServer(g, "troy-policies")
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			st, err := startStack(cmd.Context(), stackConfig{client: g.client("troy-policies"), dataDir: g.dataDir, noProvision: g.noProvision}, log, prometheus.NewRegistry())
+			defer nc.Close()
+			js, err := bus.JetStream(nc)
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			defer st.Close(10 * time.Second)
-			store, err := policystore.Open(cmd.Context(), st.js)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			store, err := policystore.Open(ctx, js)
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			h, err := store.Push(cmd.Context(), e.Policy())
+			h, err := store.Push(ctx, e.Policy())
 			if err != nil {
 				return codeError{exitError, err}
 			}

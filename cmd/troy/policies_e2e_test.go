@@ -74,12 +74,23 @@ func TestPoliciesImport(t *testing.T) {
 	assert.Equal(t, 0, r.code, r.stdout)
 }
 
-func TestPoliciesPushToTheEmbeddedStore(t *testing.T) {
+// policies push goes to a running troy — never into a throwaway embedded
+// store no server would see — and says so when nothing answers.
+func TestPoliciesPushGoesToARunningTroy(t *testing.T) {
 	_, policy := examples(t)
 	dir := t.TempDir()
-	r := troy(t, dir, "policies", "push", policy)
+	natsURL, _ := startServe(t, dir)
+	r := troy(t, dir, "policies", "push", policy, "--nats-url", natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "as the latest version of troy-examples: sha256:")
+
+	elsewhere := t.TempDir()
+	r = troy(t, elsewhere, "policies", "push", policy)
+	if r.code != 0 { // nothing on troy serve's default address (the usual case here)
+		assert.Contains(t, r.stderr, "nothing answers at nats://127.0.0.1:4222, troy serve's default address")
+	}
+	_, err := os.Stat(filepath.Join(elsewhere, ".troy-data"))
+	assert.True(t, os.IsNotExist(err), "no embedded store was made")
 }
 
 // A .json output gets JSON: the extension decides the format.

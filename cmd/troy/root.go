@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -49,6 +50,31 @@ type globalFlags struct {
 func (g *globalFlags) client(name string) bus.ClientConfig {
 	return bus.ClientConfig{URL: g.natsURL, Creds: g.creds, TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, Name: name,
 		Password: os.Getenv("TROY_NATS_PASSWORD")}
+}
+
+// DefaultServerURL is where troy serve's embedded NATS listens by default.
+const DefaultServerURL = "nats://127.0.0.1:4222"
+
+// serverClient is how a client command reaches a running troy: --nats-url,
+// else NATS_URL, else troy serve's default address — never a throwaway
+// embedded server that no running troy would see.
+func (g *globalFlags) serverClient(name string) bus.ClientConfig {
+	c := g.client(name)
+	if c.URL == "" {
+		c.URL = DefaultServerURL
+	}
+	return c
+}
+
+// connectServer connects a client command, saying plainly when nothing
+// listens at the default address.
+func connectServer(g *globalFlags, name string) (*nats.Conn, error) {
+	c := g.serverClient(name)
+	nc, err := bus.Connect(c)
+	if err != nil && g.natsURL == "" {
+		return nil, fmt.Errorf("nothing answers at %s, troy serve's default address: start troy serve, or give --nats-url (or NATS_URL): %w", c.URL, err)
+	}
+	return nc, err
 }
 
 func (g *globalFlags) logger(stderr io.Writer, defaultLevel string) (zerolog.Logger, error) {
