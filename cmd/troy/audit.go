@@ -40,6 +40,7 @@ type auditFlags struct {
 	modes         report.Modes
 	llm           llmFlags
 	junit, sarif  string // CI report files
+	failOnRuleErr bool
 	html          string // an HTML page of the audit, or of the batch
 	formats       string
 	perTraceHTML  bool // --formats has html: report.html beside each report.md
@@ -56,6 +57,7 @@ func (f *auditFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable result (audit.json or batch.json) on stdout")
 	fl.StringVar(&f.reportMode, "report-mode", envOr("TROY_REPORT_MODE", "0600"), "permissions of the report files written (folders get x where r is set) (env TROY_REPORT_MODE)")
 	fl.StringVar(&f.format, "format", trace.FormatAuto, "input format: auto, troy, messages (OpenAI chat logs: a list, {messages}, tau-bench {traj}), or otlp (OTLP/JSON)")
+	fl.BoolVar(&f.failOnRuleErr, "fail-on-rule-error", false, "exit 1 when a rule could not be evaluated on some step (the audit still completes)")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML page here: the audit (graph, timeline, violations, steps), or the batch (a sortable table linking to each trace)")
 	fl.StringVar(&f.formats, "formats", "md,json", "report files per trace: md and json always, html adds report.html beside report.md")
 	fl.StringVar(&f.junit, "junit", "", "also write JUnit XML here: a test suite per trace, a test case per rule, a failure per violation (for CI)")
@@ -309,6 +311,9 @@ Writes the markdown report and audit.json (default logs/<date>/<trace_id>/). Exi
 			if json.Unmarshal(audit, &warned) == nil && len(warned.Warnings) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "troy: explanations fell back to the heuristic: %s\n", warned.Warnings[0])
 			}
+			if line := report.RuleErrorLine(e.RuleErrors); line != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: rule errors: %s\n", line)
+			}
 			if f.jsonOut {
 				out.Write(audit)
 				fmt.Fprintln(out)
@@ -403,6 +408,9 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 				fmt.Fprintf(out, "%d traces: %d audited, %d rejected; violations: %s\nsummary: %s\n", b.Traces, b.Audited, b.Rejected,
 					report.SeverityLine(b.SeverityCounts), filepath.Join(outDir, auditor.SummaryFile))
 			}
+			if line := report.RuleErrorLine(b.RuleErrors); line != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: rule errors: %s (summary.md lists every rule)\n", line)
+			}
 			if batch.ForgetErr != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "troy: could not purge the finished run from the outcomes stream (it expires with the stream's max age): %v\n", batch.ForgetErr)
 			}
@@ -446,6 +454,13 @@ func (r auditResult) exit(f *auditFlags) error {
 	}
 	if failed {
 		return codeError{exitViolation, fmt.Errorf("violations at or above %s found (--fail-on %s)", f.failOn, f.failOn)}
+	}
+	if f.failOnRuleErr {
+		for _, e := range r.entries {
+			if len(e.RuleErrors) > 0 {
+				return codeError{exitError, fmt.Errorf("rules could not be evaluated (--fail-on-rule-error): fix them with troy policies lint and audit again")}
+			}
+		}
 	}
 	if rejected > 0 {
 		return codeError{exitError, fmt.Errorf("%d input(s) rejected; every valid trace was still audited", rejected)}

@@ -136,3 +136,24 @@ func TestUnreachableLLMIsSaid(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(r.stderr, "explanations fell back to the heuristic"), r.stderr)
 	assert.Contains(t, r.stderr, "connection refused")
 }
+
+// A rule that errors at run time is said in the batch's one-line summary,
+// summary.md and batch.json, and --fail-on-rule-error makes it exit 1.
+func TestRuleErrorsAreNotBuriedInReports(t *testing.T) {
+	traces, _ := examples(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "re.yaml"), []byte("policy_id: re\nrules:\n  - rule_id: doubled\n    description: amount doubled\n    severity: medium\n    condition: step.input.amount * 2 > 100\n"), 0o644))
+	r := troy(t, dir, "audit-batch", traces, "re.yaml", "--out-dir", "out")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "troy: rule errors: 1 rule could not be evaluated on")
+	assert.Contains(t, r.stderr, "invalid operation: nil * int")
+	assert.Contains(t, string(read(t, dir, "out/summary.md")), "## Rule errors")
+	var b report.Batch
+	require.NoError(t, json.Unmarshal(read(t, dir, "out/batch.json"), &b))
+	require.Len(t, b.RuleErrors, 1)
+	assert.Equal(t, "doubled", b.RuleErrors[0].RuleID)
+	assert.Equal(t, 6, b.RuleErrors[0].Traces)
+	r = troy(t, dir, "audit-batch", traces, "re.yaml", "--out-dir", "out2", "--fail-on-rule-error")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "--fail-on-rule-error")
+}

@@ -396,7 +396,7 @@ func (c *collector) handle(m jetstream.Msg) error {
 		return c.finish(malformed, Outcome{})
 	}
 	e := report.Entry{Source: source, TraceID: sum.TraceID, Steps: sum.Steps, Status: report.StatusAudited,
-		SeverityCounts: sum.SeverityCounts, RiskScore: sum.RiskScore, LLM: sum.LLM}
+		SeverityCounts: sum.SeverityCounts, RiskScore: sum.RiskScore, LLM: sum.LLM, RuleErrors: sum.RuleErrors}
 	return c.finish(e, Outcome{Audit: rep.Audit, Markdown: []byte(rep.Markdown), Responses: rep.Responses})
 }
 

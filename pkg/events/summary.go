@@ -21,6 +21,13 @@ const (
 	HeaderRisk       = "Troy-Risk"
 	HeaderSeverities = "Troy-Severities" // critical=1,high=0,medium=2,low=0
 	HeaderLLM        = "Troy-LLM"        // LLM usage as JSON, when an LLM explained the trace
+	HeaderRuleErrors = "Troy-Rule-Errors" // per rule, steps and first error, as JSON, when some rule could not be evaluated
+)
+
+// Bounds on the rule-error header: a summary stays small.
+const (
+	maxRuleErrorRules = 20
+	maxRuleErrorText  = 200
 )
 
 // Summary is the head of one report.
@@ -30,11 +37,22 @@ type Summary struct {
 	RiskScore      int
 	SeverityCounts map[string]int
 	LLM            *explain.Usage
+	RuleErrors     []report.RuleErrorCount
 }
 
 // SummaryOf takes the summary of an audit.
 func SummaryOf(a *report.Audit) Summary {
-	return Summary{TraceID: a.Trace.TraceID, Steps: len(a.Trace.Steps), RiskScore: a.RiskScore, SeverityCounts: a.SeverityCounts, LLM: a.LLMUsage}
+	rc := report.CountRuleErrors(a.RuleErrors)
+	if len(rc) > maxRuleErrorRules {
+		rc = rc[:maxRuleErrorRules]
+	}
+	for i := range rc {
+		if r := []rune(rc[i].First); len(r) > maxRuleErrorText {
+			rc[i].First = string(r[:maxRuleErrorText]) + "…"
+		}
+	}
+	return Summary{TraceID: a.Trace.TraceID, Steps: len(a.Trace.Steps), RiskScore: a.RiskScore, SeverityCounts: a.SeverityCounts, LLM: a.LLMUsage,
+		RuleErrors: rc}
 }
 
 // SetSummary writes the summary headers.
@@ -50,6 +68,10 @@ func SetSummary(h nats.Header, s Summary) {
 	if s.LLM != nil {
 		b, _ := json.Marshal(s.LLM)
 		h.Set(HeaderLLM, string(b))
+	}
+	if len(s.RuleErrors) > 0 {
+		b, _ := json.Marshal(s.RuleErrors)
+		h.Set(HeaderRuleErrors, string(b))
 	}
 }
 
@@ -77,6 +99,11 @@ func GetSummary(h nats.Header) (Summary, error) {
 			return s, fmt.Errorf("bad %s header: %w", HeaderLLM, err)
 		}
 		s.LLM = &u
+	}
+	if v := h.Get(HeaderRuleErrors); v != "" {
+		if err := json.Unmarshal([]byte(v), &s.RuleErrors); err != nil {
+			return s, fmt.Errorf("bad %s header: %w", HeaderRuleErrors, err)
+		}
 	}
 	return s, nil
 }

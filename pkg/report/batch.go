@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,54 @@ type Entry struct {
 	Problems       []string       `json:"problems,omitempty"` // why it was rejected
 	Report         string         `json:"report,omitempty"`   // path of report.md, relative to the batch folder
 	LLM            *explain.Usage `json:"llm,omitempty"`      // LLM explanation usage
+	// RuleErrors: the rules that could not be evaluated on some steps
+	RuleErrors []RuleErrorCount `json:"rule_errors,omitempty"`
+}
+
+// RuleErrorCount is a rule that could not be evaluated: on how many steps
+// (of one trace, or of a batch's traces) and the first error.
+type RuleErrorCount struct {
+	RuleID string `json:"rule_id"`
+	Steps  int    `json:"steps"`
+	Traces int    `json:"traces,omitempty"` // in a batch
+	First  string `json:"first_error"`
+}
+
+// CountRuleErrors groups rule errors by rule, in the order rules first failed.
+func CountRuleErrors(errs []policy.RuleError) []RuleErrorCount {
+	var out []RuleErrorCount
+	at := map[string]int{}
+	for _, e := range errs {
+		i, ok := at[e.RuleID]
+		if !ok {
+			i = len(out)
+			at[e.RuleID] = i
+			out = append(out, RuleErrorCount{RuleID: e.RuleID, First: e.Error})
+		}
+		out[i].Steps++
+	}
+	return out
+}
+
+// RuleErrorLine is the rule errors in one line: "2 rules could not be
+// evaluated on 14 steps (first: r: …)", "" for none.
+func RuleErrorLine(rc []RuleErrorCount) string {
+	if len(rc) == 0 {
+		return ""
+	}
+	steps := 0
+	for _, r := range rc {
+		steps += r.Steps
+	}
+	rules := "1 rule"
+	if len(rc) > 1 {
+		rules = fmt.Sprintf("%d rules", len(rc))
+	}
+	s := "steps"
+	if steps == 1 {
+		s = "step"
+	}
+	return fmt.Sprintf("%s could not be evaluated on %d %s (first: %s: %s)", rules, steps, s, rc[0].RuleID, strings.ReplaceAll(firstLine(rc[0].First), "<nil>", "nil"))
 }
 
 // Entry statuses.
@@ -39,9 +88,11 @@ type Batch struct {
 	Rejected       int            `json:"rejected"`
 	SeverityCounts map[string]int `json:"severity_counts"`
 	LLM            *explain.Usage `json:"llm,omitempty"` // totals over the batch
-	Entries        []Entry        `json:"entries"`
-	StartedAt      time.Time      `json:"started_at"`
-	FinishedAt     time.Time      `json:"finished_at"`
+	// RuleErrors: per rule, the steps and traces it could not be evaluated on
+	RuleErrors []RuleErrorCount `json:"rule_errors,omitempty"`
+	Entries    []Entry          `json:"entries"`
+	StartedAt  time.Time        `json:"started_at"`
+	FinishedAt time.Time        `json:"finished_at"`
 }
 
 // NewBatch totals entries into a batch record.
@@ -67,6 +118,15 @@ func NewBatch(policyID, policyHash string, entries []Entry, started, finished ti
 			}
 			b.LLM.Add(*e.LLM)
 		}
+		for _, rc := range e.RuleErrors {
+			i := slices.IndexFunc(b.RuleErrors, func(x RuleErrorCount) bool { return x.RuleID == rc.RuleID })
+			if i < 0 {
+				b.RuleErrors = append(b.RuleErrors, RuleErrorCount{RuleID: rc.RuleID, First: rc.First})
+				i = len(b.RuleErrors) - 1
+			}
+			b.RuleErrors[i].Steps += rc.Steps
+			b.RuleErrors[i].Traces++
+		}
 	}
 	return b
 }
@@ -79,6 +139,14 @@ func SummaryMarkdown(b *Batch) []byte {
 	w("Policy %s (`%s`) · %d traces: %d audited, %d rejected · violations: %s · %s\n\n",
 		mdText(b.PolicyID), ShortHash(b.PolicyHash), b.Traces, b.Audited, b.Rejected,
 		SeverityLine(b.SeverityCounts), b.FinishedAt.Sub(b.StartedAt).Round(time.Millisecond))
+	if len(b.RuleErrors) > 0 {
+		w("## Rule errors\n\nThese rules could not be evaluated on some steps; the rest of each audit went on. Fix them (`troy policies lint`) and audit again.\n\n")
+		w("| Rule | Steps | Traces | First error |\n|---|---|---|---|\n")
+		for _, r := range b.RuleErrors {
+			w("| `%s` | %d | %d | %s |\n", r.RuleID, r.Steps, r.Traces, mdText(strings.ReplaceAll(firstLine(r.First), "<nil>", "nil")))
+		}
+		w("\n")
+	}
 	if b.LLM != nil {
 		w("LLM explanations: %s\n\n", UsageLine(b.LLM))
 	}

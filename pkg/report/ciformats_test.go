@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/assert"
@@ -228,4 +229,22 @@ func TestMarkdownShowsAlternativesAndConfidence(t *testing.T) {
 	md := string(report.Markdown(a))
 	assert.Contains(t, md, "- **Alternatives:** a vetted report")
 	assert.Contains(t, md, "- **Confidence:** 75%")
+}
+
+// A batch's rule errors are counted per rule (steps, traces, the first
+// error) in batch.json and summary.md, and said in one line.
+func TestBatchRuleErrors(t *testing.T) {
+	errs := []policy.RuleError{{RuleID: "r", StepID: "1", Error: "invalid operation: <nil> * int"}, {RuleID: "r", StepID: "2", Error: "x"}, {RuleID: "q", StepID: "1", Error: "y"}}
+	rc := report.CountRuleErrors(errs)
+	require.Len(t, rc, 2)
+	assert.Equal(t, report.RuleErrorCount{RuleID: "r", Steps: 2, First: "invalid operation: <nil> * int"}, rc[0])
+	b := report.NewBatch("p", "sha256:00", []report.Entry{
+		{Source: "a", TraceID: "a", Status: report.StatusAudited, RuleErrors: rc},
+		{Source: "b", TraceID: "b", Status: report.StatusAudited, RuleErrors: rc[:1]},
+	}, time.Now(), time.Now())
+	require.Len(t, b.RuleErrors, 2)
+	assert.Equal(t, 4, b.RuleErrors[0].Steps)
+	assert.Equal(t, 2, b.RuleErrors[0].Traces)
+	assert.Contains(t, string(report.SummaryMarkdown(b)), "| `r` | 4 | 2 | invalid operation: nil * int |")
+	assert.Equal(t, "2 rules could not be evaluated on 5 steps (first: r: invalid operation: nil * int)", report.RuleErrorLine(b.RuleErrors))
 }
