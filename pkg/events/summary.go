@@ -19,8 +19,8 @@ const (
 	HeaderTraceID    = "Troy-Trace-Id"
 	HeaderSteps      = "Troy-Steps"
 	HeaderRisk       = "Troy-Risk"
-	HeaderSeverities = "Troy-Severities" // critical=1,high=0,medium=2,low=0
-	HeaderLLM        = "Troy-LLM"        // LLM usage as JSON, when an LLM explained the trace
+	HeaderSeverities = "Troy-Severities"  // critical=1,high=0,medium=2,low=0
+	HeaderLLM        = "Troy-LLM"         // LLM usage as JSON, when an LLM explained the trace
 	HeaderRuleErrors = "Troy-Rule-Errors" // per rule, steps and first error, as JSON, when some rule could not be evaluated
 )
 
