@@ -69,7 +69,7 @@ func RuleErrorLine(rc []RuleErrorCount) string {
 	if steps == 1 {
 		s = "step"
 	}
-	return fmt.Sprintf("%s could not be evaluated on %d %s (first: %s: %s)", rules, steps, s, rc[0].RuleID, strings.ReplaceAll(firstLine(rc[0].First), "<nil>", "nil"))
+	return fmt.Sprintf("%s could not be evaluated on %d %s (first: %s: %s)", rules, steps, s, rc[0].RuleID, ruleErrorText(rc[0].First))
 }
 
 // Entry statuses.
@@ -143,7 +143,7 @@ func SummaryMarkdown(b *Batch) []byte {
 		w("## Rule errors\n\nThese rules could not be evaluated on some steps; the rest of each audit went on. Fix them (`troy policies lint`) and audit again.\n\n")
 		w("| Rule | Steps | Traces | First error |\n|---|---|---|---|\n")
 		for _, r := range b.RuleErrors {
-			w("| `%s` | %d | %d | %s |\n", r.RuleID, r.Steps, r.Traces, mdText(strings.ReplaceAll(firstLine(r.First), "<nil>", "nil")))
+			w("| `%s` | %d | %d | %s |\n", r.RuleID, r.Steps, r.Traces, mdText(ruleErrorText(r.First)))
 		}
 		w("\n")
 	}

@@ -52,7 +52,7 @@ func Markdown(a *Audit) []byte {
 		w("## Rule errors\n\nThese conditions failed to evaluate; the rest of the audit went on. Fix the rule (see `troy policies lint`) and audit again.\n\n")
 		w("| Rule | Step | Error |\n|---|---|---|\n")
 		for _, e := range a.RuleErrors {
-			w("| `%s` | %d · `%s` | %s |\n", e.RuleID, e.StepIndex, e.StepID, mdText(strings.ReplaceAll(firstLine(e.Error), "<nil>", "nil")))
+			w("| `%s` | %d · `%s` | %s |\n", e.RuleID, e.StepIndex, e.StepID, mdText(ruleErrorText(e.Error)))
 		}
 		w("\n")
 	}
@@ -161,6 +161,10 @@ func code(items []string) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// ruleErrorText is a rule error's first line as a reader sees it: expr
+// says "<nil>" for a missing value, which reads as nil (and is no HTML).
+func ruleErrorText(err string) string { return strings.ReplaceAll(firstLine(err), "<nil>", "nil") }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
