@@ -71,6 +71,7 @@ type svgGraph struct {
 	Width, Height int
 	Nodes         []svgNode
 	Edges         []svgEdge
+	Caption       string // the timeline's span, when its steps are placed by time
 }
 
 // htmlViolation is a violation with the step it names (Found false when
@@ -229,7 +230,7 @@ func timelineSVG(steps []htmlStep) svgGraph {
 		out.Nodes = append(out.Nodes, svgNode{X: cx, Y: y, W: 6, Color: s.Color, Title: title, Href: fmt.Sprintf("#step-%d", i)})
 	}
 	if byTime {
-		out.Edges = []svgEdge{{Title: first.UTC().Format(time.RFC3339) + " – " + last.UTC().Format(time.RFC3339) + " (" + span.String() + ")"}}
+		out.Caption = first.UTC().Format(time.RFC3339) + " – " + last.UTC().Format(time.RFC3339) + " (" + span.String() + ")"
 	}
 	return out
 }
