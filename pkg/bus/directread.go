@@ -19,6 +19,9 @@ type Stored struct {
 	Data    []byte
 }
 
+// directReadTimeout bounds one batch's wait for the server.
+const directReadTimeout = 10 * time.Second
+
 // DirectFrom says where a DirectRead starts: at a sequence, or (when Seq
 // is 0 and Since is set) at the first message stored at or after Since.
 type DirectFrom struct {
@@ -53,6 +56,9 @@ func DirectRead(ctx context.Context, nc *nats.Conn, stream, filter string, from 
 	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
 		return nil, 0, err
 	}
+	// a batch the server never finishes (a node gone mid-reply) ends here
+	ctx, cancel := context.WithTimeout(ctx, directReadTimeout)
+	defer cancel()
 	next := from.Seq
 	var out []Stored
 	for {

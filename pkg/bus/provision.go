@@ -245,10 +245,13 @@ func consumerNames(ctx context.Context, nc *nats.Conn, stream string) (map[strin
 		if resp.Error != nil {
 			return nil, fmt.Errorf("consumer names of %s: %s", stream, resp.Error.Description)
 		}
+		before := len(out)
 		for _, n := range resp.Consumers {
 			out[n] = true
 		}
-		if len(resp.Consumers) == 0 || len(out) >= resp.Total {
+		// done, or a page that added nothing (the list changed under us):
+		// never ask for the same page forever
+		if len(out) >= resp.Total || len(out) == before {
 			return out, nil
 		}
 	}
