@@ -72,7 +72,9 @@ type Config struct {
 // Console serves the console and follows the streams it shows.
 type Console struct {
 	cfg     Config
-	outcome jetstream.Stream
+	ctx     context.Context
+	started sync.Once
+	outcome jetstream.Stream // set by start
 
 	mu         sync.Mutex
 	violations []Violation // newest last
@@ -87,23 +89,35 @@ type sseEvent struct {
 	data []byte
 }
 
-// New starts following the findings and the reports until ctx ends. A
-// stream it may not read (a NATS user without the grant) is reported on
-// the page, not fatal.
+// New makes the console of a troy serve. It follows the findings and the
+// reports (until ctx ends) from the first time a page asks, not at start:
+// a service whose console nobody opens reads nothing for it. A stream it
+// may not read (a NATS user without the grant) is reported on the page,
+// not fatal.
 func New(ctx context.Context, cfg Config) *Console {
-	c := &Console{cfg: cfg, clients: map[chan sseEvent]struct{}{}}
+	c := &Console{cfg: cfg, ctx: ctx, clients: map[chan sseEvent]struct{}{}}
 	context.AfterFunc(ctx, c.Close) // pages following the feed let the server stop
-	start := time.Now().Add(-backlog)
-	if err := c.follow(ctx, pipelines.StreamViolations, []string{"troy.violations.>"}, start, false, c.onViolation); err != nil {
-		c.fail(err)
-	}
-	var err error
-	if c.outcome, err = cfg.JS.Stream(ctx, pipelines.StreamOutcomes); err != nil {
-		c.fail(fmt.Errorf("reports: %w", err))
-	} else if err := c.follow(ctx, pipelines.StreamOutcomes, []string{"troy.report.>"}, start.Add(-23*time.Hour), true, c.onReport); err != nil {
-		c.fail(err)
-	}
 	return c
+}
+
+// start begins following, once.
+func (c *Console) start() {
+	c.started.Do(func() {
+		ctx := c.ctx
+		since := time.Now().Add(-backlog)
+		if err := c.follow(ctx, pipelines.StreamViolations, []string{"troy.violations.>"}, since, false, c.onViolation); err != nil {
+			c.fail(err)
+		}
+		outcome, err := c.cfg.JS.Stream(ctx, pipelines.StreamOutcomes)
+		if err != nil {
+			c.fail(fmt.Errorf("reports: %w", err))
+			return
+		}
+		c.outcome = outcome
+		if err := c.follow(ctx, pipelines.StreamOutcomes, []string{"troy.report.>"}, since.Add(-23*time.Hour), true, c.onReport); err != nil {
+			c.fail(err)
+		}
+	})
 }
 
 func (c *Console) fail(err error) {
@@ -204,11 +218,19 @@ func (c *Console) Handlers(guard func(scope string, h http.Handler) http.Handler
 		"GET /{$}":                  assets(),
 		"GET /console/app.js":       assets(),
 		"GET /console/app.css":      assets(),
-		"GET /console/events":       guard(read, http.HandlerFunc(c.events)),
-		"GET /console/state":        guard(read, http.HandlerFunc(c.state)),
-		"GET /console/traces/{seq}": guard(read, http.HandlerFunc(c.trace)),
+		"GET /console/events":       guard(read, c.following(c.events)),
+		"GET /console/state":        guard(read, c.following(c.state)),
+		"GET /console/traces/{seq}": guard(read, c.following(c.trace)),
 		"GET /console/agents":       guard(read, http.HandlerFunc(c.agents)),
 	}
+}
+
+// following runs h once the console follows its streams.
+func (c *Console) following(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.start()
+		h(w, r)
+	})
 }
 
 // events streams findings and reports as server-sent events.
