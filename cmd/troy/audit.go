@@ -159,15 +159,11 @@ func batchFindings(outDir string, entries []report.Entry) ([]report.Findings, er
 			out = append(out, report.RejectedFindings(e))
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(outDir, filepath.Dir(filepath.FromSlash(e.Report)), report.JSONFile))
+		f, err := report.ReadFindings(filepath.Join(outDir, filepath.Dir(filepath.FromSlash(e.Report)), report.JSONFile), e.Source)
 		if err != nil {
 			return nil, err
 		}
-		var a report.Audit
-		if err := json.Unmarshal(b, &a); err != nil {
-			return nil, fmt.Errorf("%s: %w", e.Report, err)
-		}
-		out = append(out, report.FindingsOf(e.Source, &a))
+		out = append(out, f)
 	}
 	return out, nil
 }

@@ -57,7 +57,7 @@ func LoadFindings(path string) ([]Findings, error) {
 		return nil, err
 	}
 	if !st.IsDir() {
-		f, err := loadAuditFindings(path, filepath.Base(path))
+		f, err := ReadFindings(path, filepath.Base(path))
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func LoadFindings(path string) ([]Findings, error) {
 	out := make([]Findings, 0, len(files))
 	seen := map[string]bool{}
 	for _, file := range files {
-		f, err := loadAuditFindings(file, file)
+		f, err := ReadFindings(file, file)
 		if err != nil {
 			return nil, err
 		}
@@ -111,7 +111,8 @@ func fileExists(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-func loadAuditFindings(file, source string) (Findings, error) {
+// ReadFindings reads an audit.json file's findings, naming the input source.
+func ReadFindings(file, source string) (Findings, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return Findings{}, err
