@@ -89,7 +89,8 @@ func ProvisionedWith(t testing.TB, cfg natsembed.Config) (*Server, bus.Deps) {
 func Refused(t testing.TB, subject, url string, opts ...nats.Option) bool {
 	t.Helper()
 	errs := make(chan error, 4)
-	nc, err := nats.Connect(url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))...)
+	// a loaded machine may take more than the default 2 s to answer
+	nc, err := nats.Connect(url, append(opts, nats.Timeout(10*time.Second), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))...)
 	require.NoError(t, err)
 	defer nc.Close()
 	m := nats.NewMsg(subject)
