@@ -101,7 +101,7 @@ func Refused(t testing.TB, subject, url string, opts ...nats.Option) bool {
 	select {
 	case err := <-errs:
 		return strings.Contains(err.Error(), "Permissions Violation")
-	case <-time.After(time.Second):
+	case <-time.After(3 * time.Second): // the refusal comes back asynchronously: give a loaded server time
 		return false
 	}
 }
