@@ -89,8 +89,17 @@ func ProvisionedWith(t testing.TB, cfg natsembed.Config) (*Server, bus.Deps) {
 func Refused(t testing.TB, subject, url string, opts ...nats.Option) bool {
 	t.Helper()
 	errs := make(chan error, 4)
-	// a loaded machine may take more than the default 2 s to answer
-	nc, err := nats.Connect(url, append(opts, nats.Timeout(10*time.Second), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))...)
+	// a loaded machine may take more than the default 2 s to answer, or
+	// garble a handshake: a few tries, each with time
+	opts = append(opts, nats.Timeout(10*time.Second), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	var nc *nats.Conn
+	var err error
+	for try := 0; try < 3; try++ {
+		if nc, err = nats.Connect(url, opts...); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	require.NoError(t, err)
 	defer nc.Close()
 	m := nats.NewMsg(subject)
