@@ -309,7 +309,7 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		} else if err := writeAgentReport(dir, rep.Audit, rep.Markdown, rep.Responses, modes); err != nil {
 			con.printf("troy: warning: writing the report: %v\n", err)
 		} else {
-			con.printf("troy: audit: risk %d/100, %d violation(s); report %s\n", rep.Audit.RiskScore, len(rep.Audit.Violations), filepath.Join(dir, report.MarkdownFile))
+			con.printf("troy: audit: risk %d/100, %s; report %s\n", rep.Audit.RiskScore, plural(len(rep.Audit.Violations), "violation", "violations"), filepath.Join(dir, report.MarkdownFile))
 		}
 	}
 	printOutcome(cmd.OutOrStdout(), out, f.jsonOut)

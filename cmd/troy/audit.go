@@ -196,16 +196,15 @@ func (f *auditFlags) validate() error {
 }
 
 func loadPolicy(path string) (*policy.Engine, error) {
-	p, err := policy.Load(path)
+	l, err := policy.LoadEngine(path, policy.Options{})
 	if err != nil {
 		return nil, err
 	}
-	e, err := policy.Compile(p)
-	var pe *policy.Error
-	if errors.As(err, &pe) {
-		pe.Source = filepath.Base(path)
+	if n := len(l.Translated); n > 0 {
+		fmt.Fprintf(os.Stderr, "troy: %s: %s in the original tool's Python, translated into troy's language (troy policies import %s -o policy.yaml writes the translation)\n",
+			path, plural(n, "condition is", "conditions are"), path)
 	}
-	return e, err
+	return l.Engine, nil
 }
 
 func defaultOutDir() string { return filepath.Join("logs", time.Now().Format("2006-01-02")) }
@@ -459,7 +458,7 @@ func (r auditResult) exit(f *auditFlags) error {
 		}
 	}
 	if rejected > 0 {
-		return codeError{exitError, fmt.Errorf("%d input(s) rejected; every valid trace was still audited", rejected)}
+		return codeError{exitError, fmt.Errorf("%s rejected; every valid trace was still audited", plural(rejected, "input", "inputs"))}
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 				if d.Reason != "" {
 					return codeError{exitViolation, fmt.Errorf("blocked: %s", d.Reason)}
 				}
-				return codeError{exitViolation, fmt.Errorf("blocked by %d violation(s) of %s", len(d.Violations), d.PolicyID)}
+				return codeError{exitViolation, fmt.Errorf("blocked by %s of %s", plural(len(d.Violations), "violation", "violations"), d.PolicyID)}
 			}
 			return nil
 		},

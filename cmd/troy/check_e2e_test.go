@@ -33,7 +33,7 @@ func TestCheckExitCodesAndJSON(t *testing.T) {
 	assert.Equal(t, guard.Block, d.Decision)
 	require.Len(t, d.Violations, 1)
 	assert.Equal(t, "external-call-after-pii", d.Violations[0].RuleID)
-	assert.Contains(t, r.stderr, "blocked by 1 violation(s) of troy-examples")
+	assert.Contains(t, r.stderr, "blocked by 1 violation of troy-examples")
 
 	r = troy(t, dir, "check", policy, "-a", "bash", "-i", `{"command": "sudo rm -rf /"}`, "--mode", "monitor")
 	assert.Equal(t, 0, r.code, "monitor mode always allows")

@@ -50,7 +50,7 @@ findings").`,
 					return codeError{exitError, fmt.Errorf("no trace of %s is in %s (traces are matched by trace_id): nothing to compare, so --fail-on-new cannot pass", args[0], args[1])}
 				}
 				if n := r.NewAtOrAbove(failOnNew); n > 0 {
-					return codeError{exitViolation, fmt.Errorf("%d new violation(s) at or above %s (--fail-on-new %s)", n, failOnNew, failOnNew)}
+					return codeError{exitViolation, fmt.Errorf("%s at or above %s (--fail-on-new %s)", plural(n, "new violation", "new violations"), failOnNew, failOnNew)}
 				}
 			}
 			return nil

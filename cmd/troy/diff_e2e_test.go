@@ -73,7 +73,7 @@ func TestDiffTwoBatches(t *testing.T) {
 	r = troy(t, dir, "diff", "before", "after", "--fail-on-new", "high")
 	assert.Equal(t, 2, r.code, "a new high finding fails the build")
 	assert.Contains(t, r.stdout, "NEW    high     no-llm-calls")
-	assert.Contains(t, r.stderr, "new violation(s) at or above high")
+	assert.Contains(t, r.stderr, "new violations at or above high")
 	r = troy(t, dir, "diff", "before", "after", "--fail-on-new", "critical")
 	assert.Equal(t, 0, r.code, "none at critical")
 	r = troy(t, dir, "diff", filepath.Join("before", "support-bot-pii-exfil-001", "audit.json"), filepath.Join("after", "support-bot-copy", "audit.json"), "--fail-on-new", "critical")

@@ -53,7 +53,7 @@ func (h *httpSecurity) resolve(httpAddr string) error {
 		if err != nil {
 			return fmt.Errorf("--http-tokens: %w", err)
 		}
-		h.tokens, h.tokensSource = ts, fmt.Sprintf("%d token(s) from %s", ts.Len(), file)
+		h.tokens, h.tokensSource = ts, fmt.Sprintf("%s from %s", plural(ts.Len(), "token", "tokens"), file)
 	}
 	if h.tokens == nil {
 		if !isLoopback(httpAddr) && !h.insecure {

@@ -174,7 +174,7 @@ func newPoliciesLintCmd() *cobra.Command {
 				for _, p := range pe.Problems {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], p.String())
 				}
-				return codeError{exitError, fmt.Errorf("%s: %d problem(s)", args[0], len(pe.Problems))}
+				return codeError{exitError, fmt.Errorf("%s: %s", args[0], plural(len(pe.Problems), "problem", "problems"))}
 			}
 			if err != nil {
 				return codeError{exitError, err}
@@ -207,7 +207,11 @@ with any, nothing is written unless --partial.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s: %s\n", args[0], pr.String())
 			}
 			if p == nil || (len(probs) > 0 && !partial) || len(p.Rules) == 0 {
-				return codeError{exitError, fmt.Errorf("%d rule(s) could not be translated; nothing written (--partial writes the others)", len(probs))}
+				return codeError{exitError, fmt.Errorf("%s not be translated; nothing written (--partial writes the others)", plural(len(probs), "rule could", "rules could"))}
+			}
+			// what is written must be what lint and load accept
+			if _, err := policy.Compile(p); err != nil {
+				return codeError{exitError, fmt.Errorf("the translation does not pass lint; nothing written: %w", err)}
 			}
 			yml, err := encodePolicy(out, p)
 			if err != nil {
@@ -216,9 +220,9 @@ with any, nothing is written unless --partial.`,
 			if err := writeNew(out, yml, force); err != nil {
 				return codeError{exitError, err}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d rules translated\n", out, len(p.Rules))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s translated\n", out, plural(len(p.Rules), "rule", "rules"))
 			if len(probs) > 0 {
-				return codeError{exitError, fmt.Errorf("%d rule(s) left out", len(probs))}
+				return codeError{exitError, fmt.Errorf("%s left out", plural(len(probs), "rule", "rules"))}
 			}
 			return nil
 		},

@@ -44,13 +44,32 @@ func TestPoliciesCommands(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(bad), 0o644))
 	r = troy(t, dir, "policies", "lint", "bad.yaml")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stdout, `bad.yaml: rule "b" severity: "urgent" is not one of critical, high, medium, low`)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(strings.Replace(bad, "urgent", "high", 1)), 0o644))
-	r = troy(t, dir, "policies", "lint", "bad.yaml")
+	// every problem at once, in file order, each with its line
+	assert.Equal(t, []string{
+		`bad.yaml: line 4: rule "a" condition (line 1, column 12): unexpected token EOF`,
+		`bad.yaml: line 6: rule "b" condition (line 1, column 23): invalid char escape`,
+		`bad.yaml: line 7: rule "b" severity: "urgent" is not one of critical, high, medium, low`,
+	}, problemLines(r.stdout))
+	assert.Contains(t, r.stderr, "bad.yaml: 3 problems")
+
+	// Issue 17 #4: YAML's boolean used to give a json error with no rule or line
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bool.yaml"), []byte("policy_id: p\nrules:\n  - rule_id: always\n    condition: true\n"), 0o644))
+	r = troy(t, dir, "policies", "lint", "bool.yaml")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stdout, `bad.yaml: rule "a" condition (line 1, column`)
-	assert.Contains(t, r.stdout, `bad.yaml: rule "b" condition (line 1, column 23): invalid char escape`)
-	assert.Contains(t, r.stderr, "bad.yaml: 2 problem(s)")
+	assert.Contains(t, r.stdout, `bool.yaml: line 4: rule "always" condition: is the YAML boolean true, not an expression`)
+	assert.NotContains(t, r.stdout+r.stderr, "json: cannot unmarshal")
+}
+
+// problemLines keeps the lines of lint's output that name a problem
+// (the first line of each, without the condition's excerpt).
+func problemLines(out string) []string {
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if l != "" && !strings.HasPrefix(l, " ") {
+			got = append(got, l)
+		}
+	}
+	return got
 }
 
 func TestPoliciesImport(t *testing.T) {
@@ -68,10 +87,50 @@ func TestPoliciesImport(t *testing.T) {
 
 	r = troy(t, dir, "policies", "import", "old.json", "-o", "new.yaml", "--partial")
 	assert.Equal(t, 1, r.code, "still says a rule was left out")
-	assert.Contains(t, r.stdout, "wrote new.yaml: 1 rules translated")
+	assert.Contains(t, r.stdout, "wrote new.yaml: 1 rule translated")
 	assert.Contains(t, string(read(t, dir, "new.yaml")), "step['type'] == 'tool_call' and get(step, 'metadata.x') == nil")
 	r = troy(t, dir, "policies", "lint", "new.yaml")
 	assert.Equal(t, 0, r.code, r.stdout)
+
+	// Issue 17 #3: a chained .get was "translated" into a method call
+	// that lint then refused; import now lints its own output
+	chained := `{"policy_id": "legacy", "rules": [{"rule_id": "x", "condition": "step.get('metadata', {}).get('x') == 1"}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "chained.json"), []byte(chained), 0o644))
+	r = troy(t, dir, "policies", "import", "chained.json", "-o", "chained.yaml")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, string(read(t, dir, "chained.yaml")), "get(get(step, 'metadata', {}), 'x') == 1")
+	r = troy(t, dir, "policies", "lint", "chained.yaml")
+	assert.Equal(t, 0, r.code, r.stdout)
+}
+
+// Issue 17 #6: the original tool's policies (JSON, Python conditions)
+// were refused at load; they load as they are, translated with a notice.
+func TestOriginalToolsPolicyLoadsDirectly(t *testing.T) {
+	traces, _ := examples(t)
+	traceFile := filepath.Join(traces, "support_bot.json")
+	dir := t.TempDir()
+	old := `{"policy_id": "legacy", "rules": [
+	  {"rule_id": "any-tool", "condition": "step['type'] == 'tool_call' and step.get('metadata', {}).get('never') is None", "severity": "low"},
+	  {"rule_id": "expr", "condition": "step.type == 'no-such-type'"}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "old.json"), []byte(old), 0o644))
+	r := troy(t, dir, "audit", traceFile, "old.json", "-o", "out/r.md", "-j", "out/a.json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, "old.json: 1 condition is in the original tool's Python, translated into troy's language"), r.stderr)
+	var audit struct {
+		Violations []struct {
+			RuleID string `json:"rule_id"`
+		} `json:"violations"`
+	}
+	require.NoError(t, json.Unmarshal(read(t, dir, "out/a.json"), &audit))
+	require.NotEmpty(t, audit.Violations, "the translated rule fired")
+	assert.Equal(t, "any-tool", audit.Violations[0].RuleID)
+
+	bad := `{"policy_id": "legacy", "rules": [{"rule_id": "comp", "condition": "len([s for s in steps if s['type'] == 'tool_call']) > 3 and step.get('x') is None"}]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.json"), []byte(bad), 0o644))
+	r = troy(t, dir, "audit", traceFile, "bad.json", "-o", "out2/r.md", "-j", "out2/a.json")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `rule "comp" condition`)
+	assert.Contains(t, r.stderr, `read as the original tool's Python it does not translate either: column 6: "s" is not part of the supported subset`)
 }
 
 // policies push goes to a running troy — never into a throwaway embedded

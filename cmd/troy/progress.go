@@ -51,3 +51,11 @@ func (p *progress) finish() {
 		_ = p.bar.Finish()
 	}
 }
+
+// plural is "1 rule" or "3 rules": n with the word that fits it.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -413,7 +413,10 @@ func (r *Runner) auditPolicy(ctx context.Context, ref string) (string, error) {
 	var p *policy.Policy
 	var err error
 	if fi, serr := os.Stat(ref); serr == nil && !fi.IsDir() {
-		p, err = policy.Load(ref)
+		var l *policy.Loaded
+		if l, err = policy.LoadEngine(ref, policy.Options{}); err == nil {
+			p = l.Policy()
+		}
 	} else if strings.ContainsAny(ref, `/\`) || filepath.Ext(ref) != "" {
 		return "", fmt.Errorf("%s: no such file", ref)
 	} else {

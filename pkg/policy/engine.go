@@ -112,15 +112,20 @@ func CompileWith(p *Policy, o Options) (*Engine, error) {
 		e.memory = DefaultMemoryBudget
 	}
 	var probs []Problem
-	for _, r := range p.Rules {
+	add := func(i int, pr Problem) {
+		pr.rule, pr.field = i+1, "condition"
+		pr.FileLine = p.lines.conditionLine(i, pr.Line)
+		probs = append(probs, pr)
+	}
+	for i, r := range p.Rules {
 		prog, rw, prob := compileCondition(r)
 		if prob != nil {
-			probs = append(probs, *prob)
+			add(i, *prob)
 			continue
 		}
 		c, err := safetyCheck(prog.Node())
 		if err != nil {
-			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
+			add(i, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error()})
 			continue
 		}
 		cr := compiledRule{Rule: r, program: prog, guard: guardOf(prog.Node()), source: rw, cost: c, decide: decideWhen(prog.Node()),

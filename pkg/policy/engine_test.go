@@ -153,7 +153,7 @@ func TestParsePolicyDefaultsAndProblems(t *testing.T) {
 	_, err = Parse([]byte("policy_id: [unclosed"))
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = Parse([]byte(`{"policy_id":"p","rulez":[]}`))
-	require.ErrorContains(t, err, `unknown field "rulez"`)
+	require.ErrorContains(t, err, `rulez: unknown field (did you mean rules?)`)
 }
 
 func TestRuntimeErrorPointsAtOriginalText(t *testing.T) {

@@ -51,7 +51,13 @@ func FuzzPolicy(f *testing.F) {
 	}
 	f.Add([]byte(`{"policy_id":"p","on_error":"allow","rules":[{"rule_id":"r","condition":"true"}]}`))
 	f.Add([]byte("policy_id: p\nrules: [{rule_id: r, condition: 'len(steps) > 1'}]"))
+	f.Add([]byte("policy_id: p\nbase: &b {severity: high}\nrules:\n  - <<: *b\n    rule_id: r\n    condition: *c\n"))
+	f.Add([]byte("policy_id: p\nrules:\n  - rule_id: r\n    condition: true\n    weigth: x\n  - [1]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// every problem at once, Python translated: still only policy errors
+		if _, err := ParseEngine(data, Options{Budget: 50 * time.Millisecond, MemoryBudget: 16 << 20}); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("a load error must be a policy error, got %T %v", err, err)
+		}
 		p, err := Parse(data)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {

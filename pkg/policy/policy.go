@@ -3,6 +3,8 @@
 package policy
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -53,6 +56,8 @@ type Policy struct {
 	// be evaluated on the checked action: block (the default) or allow.
 	// A rule's own on_error wins.
 	OnError string `json:"on_error,omitempty" jsonschema:"enum=block,enum=allow,default=block"`
+
+	lines *lines // where the rules are in the file it was read from
 }
 
 // What the guard does when a rule errors on the checked action.
@@ -90,20 +95,29 @@ func (r Rule) WeightOrDefault() int {
 // Problem is one thing wrong with a policy, located by rule and, for
 // conditions, by line and column inside the condition.
 type Problem struct {
-	RuleID  string `json:"rule_id,omitempty"`
-	Field   string `json:"field,omitempty"`
-	Line    int    `json:"line,omitempty"`
-	Column  int    `json:"column,omitempty"`
-	Message string `json:"message"`
+	RuleID string `json:"rule_id,omitempty"`
+	Field  string `json:"field,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+	// FileLine is the line in the policy file the problem is on, when
+	// known (Line and Column count inside the condition).
+	FileLine int    `json:"file_line,omitempty"`
+	Message  string `json:"message"`
+
+	rule  int    // 1 + the index of the rule it is about; 0: the policy
+	field string // the field it is about, as written
 }
 
 func (p Problem) String() string {
 	var b strings.Builder
+	if p.FileLine > 0 {
+		fmt.Fprintf(&b, "line %d: ", p.FileLine)
+	}
 	if p.RuleID != "" {
 		fmt.Fprintf(&b, "rule %q", p.RuleID)
 	}
 	if p.Field != "" {
-		if b.Len() > 0 {
+		if p.RuleID != "" {
 			b.WriteString(" ")
 		}
 		b.WriteString(p.Field)
@@ -111,7 +125,7 @@ func (p Problem) String() string {
 	if p.Line > 0 {
 		fmt.Fprintf(&b, " (line %d, column %d)", p.Line, p.Column)
 	}
-	if b.Len() > 0 {
+	if p.RuleID != "" || p.Field != "" || p.Line > 0 {
 		b.WriteString(": ")
 	}
 	b.WriteString(p.Message)
@@ -157,75 +171,124 @@ func Load(path string) (*Policy, error) {
 }
 
 // Parse decodes a policy document (JSON or YAML), applies defaults and checks
-// every field. Conditions are checked by Compile.
+// every field. Conditions are checked by Compile; ParseEngine does both.
 func Parse(data []byte) (*Policy, error) {
-	js, err := yaml.YAMLToJSON(data)
+	p, probs := parse(data)
+	if len(probs) > 0 {
+		return nil, &Error{Problems: probs}
+	}
+	return p, nil
+}
+
+// parse reads as much of a policy as it can. It returns every problem
+// found and the policy without the fields they are about (nil when
+// nothing could be read), so that later checks can still run.
+func parse(data []byte) (*Policy, []Problem) {
+	probs, pos, clean, err := checkShape(data)
+	switch {
+	case err != nil && json.Valid(data):
+		// JSON the YAML reader refuses (tab indentation): read it without lines
+		probs, pos, clean = nil, nil, data
+	case err != nil:
+		return nil, []Problem{{Message: "not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	case clean == nil:
+		return nil, probs
+	}
+	js, err := yaml.YAMLToJSON(clean)
 	if err != nil {
-		return nil, &Error{Problems: []Problem{{Message: "not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")}}}
+		return nil, append(probs, Problem{Message: "not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")})
 	}
 	var p Policy
 	dec := json.NewDecoder(strings.NewReader(string(js)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return nil, &Error{Problems: []Problem{{Message: "policy shape: " + err.Error() +
-			" (expected policy_id, description, on_error, rules[] of rule_id, description, condition, severity, weight, controls, on_error)"}}}
+		return nil, append(probs, Problem{Message: "policy shape: " + err.Error() +
+			" (expected policy_id, description, on_error, rules[] of rule_id, description, condition, severity, weight, controls, on_error, action)"})
 	}
-	if probs := p.normalize(); len(probs) > 0 {
-		return nil, &Error{Problems: probs}
+	p.lines = pos
+	// a field the shape check removed is not also "missing"
+	removed := map[[2]any]bool{}
+	for _, pr := range probs {
+		removed[[2]any{pr.rule, pr.field}] = true
 	}
-	return &p, nil
+	for _, pr := range p.normalize() {
+		if !removed[[2]any{pr.rule, pr.field}] {
+			probs = append(probs, pr)
+		}
+	}
+	if !bytes.ContainsRune(bytes.TrimSpace(data), '\n') {
+		// on a one-line document, "line 1" on every problem says nothing
+		p.lines = nil
+		for i := range probs {
+			probs[i].FileLine = 0
+		}
+	}
+	sortProblems(probs)
+	return &p, probs
+}
+
+// sortProblems puts problems in file order; those without a line first.
+func sortProblems(probs []Problem) {
+	slices.SortStableFunc(probs, func(a, b Problem) int { return cmp.Compare(a.FileLine, b.FileLine) })
 }
 
 func (p *Policy) normalize() []Problem {
 	var probs []Problem
+	add := func(rule int, field string, pr Problem) {
+		pr.rule, pr.field = rule, field
+		if rule > 0 {
+			pr.FileLine = p.lines.ruleLine(rule-1, field)
+		}
+		probs = append(probs, pr)
+	}
 	if strings.TrimSpace(p.PolicyID) == "" {
-		probs = append(probs, Problem{Field: "policy_id", Message: "missing: give the policy an id"})
+		add(0, "policy_id", Problem{Field: "policy_id", Message: "missing: give the policy an id"})
 	} else if msg := nameProblem(p.PolicyID); msg != "" {
-		probs = append(probs, Problem{Field: "policy_id", Message: msg})
+		add(0, "policy_id", Problem{Field: "policy_id", Message: msg})
 	}
 	if len(p.Rules) == 0 {
-		probs = append(probs, Problem{Field: "rules", Message: "no rules: a policy needs at least one rule"})
+		add(0, "rules", Problem{Field: "rules", Message: "no rules: a policy needs at least one rule"})
 	}
 	if !validOnError(p.OnError) {
-		probs = append(probs, Problem{Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", p.OnError)})
+		add(0, "on_error", Problem{Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", p.OnError)})
 	}
 	seen := map[string]int{}
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		id := r.RuleID
 		if strings.TrimSpace(id) == "" {
-			probs = append(probs, Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: "missing: every rule needs an id"})
+			add(i+1, "rule_id", Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: "missing: every rule needs an id"})
 			id = fmt.Sprintf("rules[%d]", i)
 		} else if msg := nameProblem(id); msg != "" {
-			probs = append(probs, Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: msg})
+			add(i+1, "rule_id", Problem{Field: fmt.Sprintf("rules[%d].rule_id", i), Message: msg})
 		} else if j, dup := seen[id]; dup {
-			probs = append(probs, Problem{RuleID: id, Field: "rule_id", Message: fmt.Sprintf("duplicate: rules[%d] and rules[%d] share it; rule ids must be unique", j, i)})
+			add(i+1, "rule_id", Problem{RuleID: id, Field: "rule_id", Message: fmt.Sprintf("duplicate: rules[%d] and rules[%d] share it; rule ids must be unique", j, i)})
 		} else {
 			seen[id] = i
 		}
 		if strings.TrimSpace(r.Condition) == "" {
-			probs = append(probs, Problem{RuleID: id, Field: "condition", Message: "missing: write an expression such as step.type == 'tool_call'"})
+			add(i+1, "condition", Problem{RuleID: id, Field: "condition", Message: "missing: write an expression such as step.type == 'tool_call'"})
 		}
 		r.Severity = strings.ToLower(strings.TrimSpace(r.Severity))
 		if r.Severity == "" {
 			r.Severity = DefaultSeverity
 		}
 		if SeverityRank(r.Severity) == 0 {
-			probs = append(probs, Problem{RuleID: id, Field: "severity", Message: fmt.Sprintf("%q is not one of %s", r.Severity, strings.Join(Severities, ", "))})
+			add(i+1, "severity", Problem{RuleID: id, Field: "severity", Message: fmt.Sprintf("%q is not one of %s", r.Severity, strings.Join(Severities, ", "))})
 		}
 		if !validOnError(r.OnError) {
-			probs = append(probs, Problem{RuleID: id, Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", r.OnError)})
+			add(i+1, "on_error", Problem{RuleID: id, Field: "on_error", Message: fmt.Sprintf("%q is not block or allow", r.OnError)})
 		}
 		switch r.Action {
 		case "", "block", "escalate", "log":
 		default:
-			probs = append(probs, Problem{RuleID: id, Field: "action", Message: fmt.Sprintf("%q is not block, escalate or log", r.Action)})
+			add(i+1, "action", Problem{RuleID: id, Field: "action", Message: fmt.Sprintf("%q is not block, escalate or log", r.Action)})
 		}
 		if r.Weight == nil {
 			w := DefaultWeight
 			r.Weight = &w
 		} else if *r.Weight < 0 {
-			probs = append(probs, Problem{RuleID: id, Field: "weight", Message: fmt.Sprintf("%d is negative: weights count toward a 0–100 risk score", *r.Weight)})
+			add(i+1, "weight", Problem{RuleID: id, Field: "weight", Message: fmt.Sprintf("%d is negative: weights count toward a 0–100 risk score", *r.Weight)})
 		}
 	}
 	return probs

@@ -21,7 +21,7 @@ func FromPython(cond string) (string, error) {
 		return "", err
 	}
 	tr := &pyTranslator{toks: toks}
-	out, err := tr.until(nil, "")
+	out, err := tr.until("")
 	if err != nil {
 		return "", err
 	}
@@ -156,6 +156,8 @@ func pyString(r []rune, raw bool) (string, int, error) {
 				b.WriteRune('\t')
 			case '\\', '\'', '"':
 				b.WriteRune(r[i])
+			case 'b', 'a', 'f', 'v':
+				return "", 0, fmt.Errorf("'\\%c' is a control character in a Python string, not a regular-expression escape: write r'…' (a raw string) for \\%c", r[i], r[i])
 			default:
 				b.WriteRune('\\')
 				b.WriteRune(r[i])
@@ -173,26 +175,16 @@ type pyTranslator struct {
 	lambda string // the current lambda's parameter, rendered as #
 }
 
-// until translates tokens until one of stop (at bracket depth 0) or the end.
-func (t *pyTranslator) until(stop []string, closer string) ([]string, error) {
+// until translates tokens until a closing bracket or the end. Brackets opened on the way are consumed whole by one (group).
+func (t *pyTranslator) until(closer string) ([]string, error) {
 	var out []string
-	depth := 0
 	for t.i < len(t.toks) {
 		tok := t.toks[t.i]
-		if depth == 0 && tok.kind == "op" && contains(stop, tok.text) {
-			return out, nil
-		}
-		if tok.kind == "op" && (tok.text == "(" || tok.text == "[" || tok.text == "{") {
-			depth++
-		}
 		if tok.kind == "op" && (tok.text == ")" || tok.text == "]" || tok.text == "}") {
-			if depth == 0 {
-				if closer == "" {
-					return nil, fmt.Errorf("column %d: unbalanced %q", tok.pos+1, tok.text)
-				}
-				return out, nil
+			if closer == "" {
+				return nil, fmt.Errorf("column %d: unbalanced %q", tok.pos+1, tok.text)
 			}
-			depth--
+			return out, nil
 		}
 		s, err := t.one()
 		if err != nil {
@@ -203,19 +195,7 @@ func (t *pyTranslator) until(stop []string, closer string) ([]string, error) {
 	if closer != "" {
 		return nil, fmt.Errorf("missing %q", closer)
 	}
-	if depth > 0 {
-		return nil, fmt.Errorf("unbalanced brackets: missing \")\", \"]\" or \"}\"")
-	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (t *pyTranslator) peek(k int) pyTok {
@@ -241,6 +221,14 @@ func (t *pyTranslator) one() ([]string, error) {
 			return nil, fmt.Errorf("column %d: operator %s is not supported", tok.pos+1, tok.text)
 		case ":":
 			return nil, fmt.Errorf("column %d: slices and dict literals are not supported", tok.pos+1)
+		case ".":
+			return nil, fmt.Errorf("column %d: attribute access is supported only as x.get('key', default)", tok.pos+1)
+		case "(", "[", "{":
+			g, err := t.group(tok.text, map[string]string{"(": ")", "[": "]", "{": "}"}[tok.text])
+			if err != nil {
+				return nil, err
+			}
+			return t.postfix(g)
 		}
 		t.i++
 		return []string{tok.text}, nil
@@ -280,26 +268,69 @@ func (t *pyTranslator) one() ([]string, error) {
 			return nil, fmt.Errorf("column %d: %q is not part of the supported subset", tok.pos+1, tok.text)
 		}
 	}
-	// a value: maybe x.get(…), x['k'] or a call
+	// a value: maybe a call, then any chain of x['k'] and x.get(…)
 	name := tok.text
 	if name == t.lambda {
 		name = "#"
 	}
-	if next.text == "." {
-		if t.peek(2).text == "get" && t.peek(3).text == "(" {
-			t.i += 4
-			args, err := t.until(nil, ")")
+	t.i++
+	val := []string{name}
+	if next.text == "(" {
+		call, err := t.group("(", ")")
+		if err != nil {
+			return nil, err
+		}
+		val = append(val, call...)
+	}
+	return t.postfix(val)
+}
+
+// group translates a bracketed run starting at the current token (open) up
+// to its closer, both included.
+func (t *pyTranslator) group(open, closer string) ([]string, error) {
+	t.i++ // open
+	inner, err := t.until(closer)
+	if err != nil {
+		return nil, err
+	}
+	if got := t.peek(0).text; got != closer {
+		return nil, fmt.Errorf("column %d: %q where %q closes %q", t.peek(0).pos+1, got, closer, open)
+	}
+	t.i++ // closer
+	return append(append([]string{open}, inner...), closer), nil
+}
+
+// postfix translates what follows a value: x['k'] stays, x.get('k', d)
+// becomes get(x, 'k', d), chained as often as written.
+func (t *pyTranslator) postfix(val []string) ([]string, error) {
+	for {
+		switch {
+		case t.peek(0).text == "[" && t.peek(0).kind == "op":
+			idx, err := t.group("[", "]")
 			if err != nil {
 				return nil, err
 			}
-			t.i++ // )
-			return append(append([]string{"get(", name, ","}, args...), ")"), nil
+			val = append(val, idx...)
+		case t.peek(0).text == "." && t.peek(0).kind == "op" && t.peek(1).text == "get" && t.peek(2).text == "(":
+			if k := t.peek(3); k.kind == "str" && strings.Contains(k.text, ".") {
+				return nil, fmt.Errorf("column %d: .get(%q) reads a key with a dot, which troy's get reads as a path: write x[%s] instead",
+					k.pos+1, k.text, exprString(k.text))
+			}
+			t.i += 2
+			args, err := t.group("(", ")")
+			if err != nil {
+				return nil, err
+			}
+			// args is ( … ): splice the value in as get's first argument
+			val = append(append(append([]string{"get("}, val...), ","), args[1:]...)
+		case t.peek(0).text == "." && t.peek(0).kind == "op":
+			v := render(val)
+			return nil, fmt.Errorf("column %d: attribute access %s.%s is not supported (use get(%s, 'key') or %s['key'])",
+				t.peek(1).pos+1, v, t.peek(1).text, v, v)
+		default:
+			return val, nil
 		}
-		return nil, fmt.Errorf("column %d: attribute access %s.%s is not supported (use get(%s, 'key') or %s['key'])",
-			t.peek(2).pos+1, tok.text, t.peek(2).text, tok.text, tok.text)
 	}
-	t.i++
-	return []string{name}, nil
 }
 
 // isTest translates is None / is not None / is True / is False.
@@ -331,7 +362,7 @@ func (t *pyTranslator) predicate() ([]string, error) {
 	}
 	t.lambda = t.peek(3).text
 	t.i += 5
-	body, err := t.until(nil, ")")
+	body, err := t.until(")")
 	t.lambda = ""
 	if err != nil {
 		return nil, err
@@ -370,9 +401,18 @@ func ImportPython(data []byte) (*Policy, []Problem) {
 			probs = append(probs, Problem{RuleID: r.RuleID, Field: "condition", Message: err.Error() + " (in: " + r.Condition + ")"})
 			continue
 		}
+		orig := r.Condition
 		r.Condition = cond
-		if _, _, prob := compileCondition(r); prob != nil {
-			probs = append(probs, *prob)
+		// the translation must pass everything lint checks, not only compile
+		if _, err := Compile(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}); err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				return nil, []Problem{{RuleID: r.RuleID, Message: err.Error()}}
+			}
+			for _, pr := range pe.Problems {
+				pr.Message += " (translated to: " + r.Condition + "; from: " + orig + ")"
+				probs = append(probs, pr)
+			}
 			continue
 		}
 		out.Rules = append(out.Rules, r)

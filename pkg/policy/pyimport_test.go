@@ -87,3 +87,49 @@ func longTraceN(t *testing.T, n int) *trace.Trace {
 	require.NoError(t, err)
 	return tr
 }
+
+// Issue 17 #3: a chained .get used to come out as expr's method call
+// (get(step, 'metadata', {}).get('x')), which import called translated
+// and lint then refused. Chains translate whole, and what cannot be
+// translated is refused with its column.
+func TestFromPythonChainsGet(t *testing.T) {
+	cases := map[string]string{
+		"step.get('metadata', {}).get('x') == 1":              "get(get(step, 'metadata', {}), 'x') == 1",
+		"step['input'].get('a').get('b', 'z') == 'q'":         "get(get(step['input'], 'a'), 'b', 'z') == 'q'",
+		"any_prev(lambda s: s.get('output', {})['rows'] > 5)": "any_prev({get(#, 'output', {})['rows'] > 5})",
+		"(step['input']).get('q') is None":                    "get((step['input']), 'q') == nil",
+	}
+	for py, want := range cases {
+		got, err := FromPython(py)
+		require.NoError(t, err, py)
+		assert.Equal(t, want, got)
+	}
+	for py, want := range map[string]string{
+		"step.get('metadata').name == 'x'": "column 22: attribute access get(step, 'metadata').name is not supported",
+		"step.get('a.b') == 1":             `.get("a.b") reads a key with a dot`,
+		"matches(step['name'], '\\bdrop')": `'\b' is a control character in a Python string`,
+	} {
+		_, err := FromPython(py)
+		require.Error(t, err, py)
+		assert.Contains(t, err.Error(), want, py)
+	}
+
+	// and the import's output is what lint accepts, and means what it meant
+	imported, probs := ImportPython([]byte(`{"policy_id": "p", "rules": [
+	  {"rule_id": "chained", "condition": "step.get('metadata', {}).get('x') == 1", "severity": "high"},
+	  {"rule_id": "attr", "condition": "step.get('metadata').name == 'x'"}]}`))
+	require.Len(t, probs, 1)
+	assert.Equal(t, "attr", probs[0].RuleID)
+	assert.Contains(t, probs[0].Message, "column 22")
+	e, err := Compile(imported)
+	require.NoError(t, err)
+	tr, err := trace.Parse([]byte(`{"trace_id": "t", "agent_name": "a", "steps": [
+	  {"step_id": "a", "type": "tool_call", "name": "n", "metadata": {"x": 1}},
+	  {"step_id": "b", "type": "tool_call", "name": "n", "metadata": {"x": 2}},
+	  {"step_id": "c", "type": "tool_call", "name": "n"}]}`), trace.DefaultLimits())
+	require.NoError(t, err)
+	res := e.Evaluate(tr)
+	require.Empty(t, res.RuleErrors)
+	require.Len(t, res.Violations, 1)
+	assert.Equal(t, "a", res.Violations[0].StepID)
+}

@@ -1,0 +1,89 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// Loaded is a compiled policy and what was done to read it.
+type Loaded struct {
+	*Engine
+	// Translated lists the rules whose conditions were the original
+	// tool's Python and were translated into expr on the way in.
+	Translated []string
+}
+
+// LoadEngine reads, checks and compiles a policy file: ParseEngine on its
+// content, with problems naming the file.
+func LoadEngine(path string, o Options) (*Loaded, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	l, err := ParseEngine(data, o)
+	var pe *Error
+	if errors.As(err, &pe) {
+		pe.Source = filepath.Base(path)
+	}
+	return l, err
+}
+
+// ParseEngine reads and compiles a policy, reporting every problem at
+// once: the document's shape, each field, and every condition, each with
+// the line it is on. A condition that is not expr but is the original
+// tool's Python (any_next(lambda s: …), x.get('k'), is None) is translated
+// and the rule listed in Translated; one that is neither is a problem.
+func ParseEngine(data []byte, o Options) (*Loaded, error) {
+	p, probs := parse(data)
+	if p == nil {
+		return nil, &Error{Problems: probs}
+	}
+	var translated []string
+	e, err := CompileWith(p, o)
+	var pe *Error
+	if errors.As(err, &pe) {
+		for _, pr := range pe.Problems {
+			i := pr.rule - 1
+			if i < 0 || i >= len(p.Rules) || p.Rules[i].Condition == "" {
+				continue
+			}
+			r := p.Rules[i]
+			if !looksPython.MatchString(r.Condition) {
+				probs = append(probs, pr)
+				continue
+			}
+			py, perr := FromPython(r.Condition)
+			if perr == nil {
+				r.Condition = py
+				if _, cerr := CompileWith(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}, o); cerr == nil {
+					p.Rules[i].Condition = py
+					translated = append(translated, r.RuleID)
+					continue
+				}
+			}
+			if perr != nil {
+				pr.Message += "\n   (read as the original tool's Python it does not translate either: " + perr.Error() + ")"
+			}
+			probs = append(probs, pr)
+		}
+		if len(probs) == 0 {
+			e, err = CompileWith(p, o)
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if len(probs) > 0 {
+		sortProblems(probs)
+		return nil, &Error{Problems: probs}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Loaded{Engine: e, Translated: translated}, nil
+}
+
+// looksPython spots the constructs only the original tool's conditions use.
+var looksPython = regexp.MustCompile(`\blambda\b|\bis (not )?(None|True|False)\b|\bNone\b|\bTrue\b|\bFalse\b|\.get\(|json\.dumps|\br'`)
