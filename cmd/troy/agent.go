@@ -592,16 +592,34 @@ func newAgentShowCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-// withBus connects (or starts the embedded server on --data-dir, with no
-// services) for commands that only read.
+// withBus connects a command that reads what runs left behind (sessions,
+// ledgers, events) to where they are: --nats-url (or NATS_URL); else the
+// embedded store named by --data-dir (or TROY_DATA_DIR); else a troy
+// serve at the default address; else the embedded store agent runs keep
+// in .troy/data, when there is one. It never makes a store: where there
+// is nothing, it says so.
 func withBus(cmd *cobra.Command, g *globalFlags, fn func(ctx context.Context, st *stack) error) error {
+	return withBusOf(cmd, g, true, fn)
+}
+
+// withServerBus is withBus for commands that only make sense on a running
+// troy (deciding approvals an agent waits for): never an embedded store.
+func withServerBus(cmd *cobra.Command, g *globalFlags, fn func(ctx context.Context, st *stack) error) error {
+	return withBusOf(cmd, g, false, fn)
+}
+
+func withBusOf(cmd *cobra.Command, g *globalFlags, storeOK bool, fn func(ctx context.Context, st *stack) error) error {
 	log, err := g.logger(cmd.ErrOrStderr(), "warn")
 	if err != nil {
 		return codeError{agentUsage, err}
 	}
+	client, err := g.readerClient(cmd, storeOK)
+	if err != nil {
+		return codeError{exitError, err}
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := startStack(ctx, stackConfig{client: g.client("troy-agent"), dataDir: g.dataDir, noProvision: g.noProvision}, log, prometheus.NewRegistry())
+	st, err := startStack(ctx, stackConfig{client: client, dataDir: g.dataDir, noProvision: g.noProvision}, log, prometheus.NewRegistry())
 	if err != nil {
 		return codeError{agentNotDone, err}
 	}

@@ -25,7 +25,7 @@ func newApprovalsCmd(g *globalFlags) *cobra.Command {
 		Short: "List the approvals waiting (with --all, decided ones too)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
+			return withServerBus(cmd, g, func(ctx context.Context, st *stack) error {
 				a, err := agentrun.OpenApprovals(ctx, st.js)
 				if err != nil {
 					return err
@@ -107,7 +107,7 @@ func decideCmd(g *globalFlags, approve bool) *cobra.Command {
 			if by == "" {
 				by = os.Getenv("USER")
 			}
-			return withBus(cmd, g, func(ctx context.Context, st *stack) error {
+			return withServerBus(cmd, g, func(ctx context.Context, st *stack) error {
 				a, err := agentrun.OpenApprovals(ctx, st.js)
 				if err != nil {
 					return err

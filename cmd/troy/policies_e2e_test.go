@@ -168,3 +168,32 @@ func TestPolicyFilesTakeTheirExtensionsFormat(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, string(read(t, dir, "copy.yaml")), "policy_id: hipaa", "YAML, comments and all, for any other name")
 }
+
+// Issue 17 #7: every client command reaches a running troy (--nats-url,
+// NATS_URL, else the default address) or the store agent runs left —
+// never a new embedded store no running troy would see — and says plainly
+// when there is nothing.
+func TestClientCommandsNeverMakeAStore(t *testing.T) {
+	dir := t.TempDir()
+	defaultFree := !listening(DefaultServerURL)
+	for _, args := range [][]string{
+		{"agent", "list"}, {"agent", "show", "nosuchrun"}, {"agent", "stats"},
+		{"ledger", "list"}, {"ledger", "verify", "--all"},
+		{"approvals", "list"}, {"approvals", "approve", "abc", "--by", "me"},
+		{"replay", "nosuchrun"},
+	} {
+		r := troyEnv(t, dir, []string{"TROY_DATA_DIR="}, args...)
+		assert.Equal(t, 1, r.code, "%v: %s", args, r.stderr)
+		if defaultFree {
+			assert.Contains(t, r.stderr, "nothing answers at nats://127.0.0.1:4222, troy serve's default address", args)
+		}
+		_, err := os.Stat(filepath.Join(dir, ".troy"))
+		assert.True(t, os.IsNotExist(err), "%v made a store", args)
+	}
+	// a store named by TROY_DATA_DIR (or --data-dir) must be there
+	r := troy(t, dir, "ledger", "list")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "no embedded store in "+filepath.Join(dir, ".troy-data"))
+	_, err := os.Stat(filepath.Join(dir, ".troy-data"))
+	assert.True(t, os.IsNotExist(err))
+}

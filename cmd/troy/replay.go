@@ -138,11 +138,7 @@ func replayInput(path string, data []byte, policyPath, comparePath string) (*rep
 
 // fetchRunAudit fetches an agent run's audit from the bus, as audit.json.
 func fetchRunAudit(cmd *cobra.Command, g *globalFlags, runID string) ([]byte, error) {
-	client := g.client("troy-replay")
-	if client.URL == "" {
-		client.URL = "nats://127.0.0.1:4222"
-	}
-	nc, err := bus.Connect(client)
+	nc, err := connectServer(g, "troy-replay")
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a file, and as a run id: %w", runID, err)
 	}

@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -75,6 +79,56 @@ func connectServer(g *globalFlags, name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nothing answers at %s, troy serve's default address: start troy serve, or give --nats-url (or NATS_URL): %w", c.URL, err)
 	}
 	return nc, err
+}
+
+// readerClient picks where a client command reads (see withBus): a
+// client config with an empty URL means the embedded store in --data-dir,
+// which then exists.
+func (g *globalFlags) readerClient(cmd *cobra.Command, storeOK bool) (bus.ClientConfig, error) {
+	if g.natsURL != "" {
+		return g.client("troy-client"), nil
+	}
+	named := cmd.Flags().Changed("data-dir") || os.Getenv("TROY_DATA_DIR") != ""
+	hasStore := embeddedStoreAt(g.dataDir)
+	switch {
+	case storeOK && named && hasStore:
+		return bus.ClientConfig{Name: "troy-client"}, nil
+	case storeOK && named:
+		return bus.ClientConfig{}, fmt.Errorf("no embedded store in %s (the --data-dir or TROY_DATA_DIR given): troy agent run without --nats-url keeps one where it runs", g.dataDir)
+	}
+	def := g.serverClient("troy-client")
+	if listening(def.URL) {
+		return def, nil
+	}
+	if storeOK && hasStore {
+		fmt.Fprintf(cmd.ErrOrStderr(), "troy: nothing answers at %s (troy serve's default address): reading the embedded store in %s\n", def.URL, g.dataDir)
+		return bus.ClientConfig{Name: "troy-client"}, nil
+	}
+	if !storeOK {
+		return bus.ClientConfig{}, fmt.Errorf("nothing answers at %s, troy serve's default address: this needs a running troy; start troy serve, or give --nats-url (or NATS_URL)", def.URL)
+	}
+	return bus.ClientConfig{}, fmt.Errorf("nothing answers at %s, troy serve's default address, and there is no embedded store in %s: start troy serve, give --nats-url (or NATS_URL), or run where troy agent run ran (or --data-dir)", def.URL, g.dataDir)
+}
+
+// embeddedStoreAt says whether an embedded server has kept a JetStream
+// store in dir.
+func embeddedStoreAt(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, "jetstream"))
+	return err == nil && fi.IsDir()
+}
+
+// listening says whether something accepts connections at a nats:// URL.
+func listening(natsURL string) bool {
+	u, err := url.Parse(natsURL)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	c, err := net.DialTimeout("tcp", u.Host, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func (g *globalFlags) logger(stderr io.Writer, defaultLevel string) (zerolog.Logger, error) {

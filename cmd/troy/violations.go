@@ -38,11 +38,7 @@ Without --nats-url it connects to troy serve's default, nats://127.0.0.1:4222.`,
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			client := g.client("troy-violations-tail")
-			if client.URL == "" {
-				client.URL = "nats://127.0.0.1:4222"
-			}
-			nc, err := bus.Connect(client)
+			nc, err := connectServer(g, "troy-violations-tail")
 			if err != nil {
 				return codeError{exitError, err}
 			}
