@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/troy-audit/troy/pkg/bus"
@@ -185,18 +186,48 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.natsURL, "nats-url", os.Getenv("NATS_URL"), "NATS server or cluster to use (env NATS_URL); empty starts an embedded server")
-	pf.StringVar(&g.creds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
-	pf.StringVar(&g.tlsCA, "nats-tls-ca", os.Getenv("NATS_TLS_CA"), "CA certificate to verify the NATS server (env NATS_TLS_CA)")
-	pf.StringVar(&g.tlsCert, "nats-tls-cert", os.Getenv("NATS_TLS_CERT"), "client certificate for NATS mTLS (env NATS_TLS_CERT)")
-	pf.StringVar(&g.tlsKey, "nats-tls-key", os.Getenv("NATS_TLS_KEY"), "client key for NATS mTLS (env NATS_TLS_KEY)")
-	pf.StringVar(&g.dataDir, "data-dir", envOr("TROY_DATA_DIR", ".troy/data"), "store of the embedded NATS server (env TROY_DATA_DIR)")
-	pf.BoolVar(&g.noProvision, "no-provision", os.Getenv("TROY_NO_PROVISION") == "1" || os.Getenv("TROY_NO_PROVISION") == "true",
-		"do not create or update streams, consumers and buckets, only check they are there (users without the right to; an operator runs troy provision; env TROY_NO_PROVISION=1)")
 	pf.StringVar(&g.logLevel, "log-level", os.Getenv("TROY_LOG_LEVEL"), "debug, info, warn or error (env TROY_LOG_LEVEL)")
 	pf.StringVar(&g.logFormat, "log-format", os.Getenv("TROY_LOG_FORMAT"), "console or json (default: console on a terminal, else json)")
 	root.AddCommand(newAuditCmd(g), newAuditBatchCmd(g), newServeCmd(g), newCheckCmd(g), newPoliciesCmd(g), newReplayCmd(g), newDiffCmd(), newTrendsCmd(), newMCPProxyCmd(g), newViolationsCmd(g), newAgentCmd(g), newApprovalsCmd(g), newLedgerCmd(g), newTokensCmd(), newProvisionCmd(g), newNATSConfigCmd(), newVersionCmd())
+	// only the commands that reach NATS list its flags
+	for path, store := range natsCommands {
+		c, _, err := root.Find(strings.Fields(path))
+		if err != nil || c == root {
+			panic("natsCommands: no command " + path)
+		}
+		fs := c.Flags()
+		if c.HasSubCommands() {
+			fs = c.PersistentFlags()
+		}
+		g.natsFlags(fs, store)
+	}
 	return root
+}
+
+// natsCommands are the commands that reach NATS; true: they may also run
+// on (or read) the embedded server's store in --data-dir.
+var natsCommands = map[string]bool{
+	"audit": true, "audit-batch": true, "serve": true, "agent": true,
+	"ledger show": true, "ledger verify": true, "ledger list": true, "ledger proof": true, "ledger checkpoint": true,
+	"check": false, "policies push": false, "replay": false, "mcp-proxy": false, "violations": false,
+	"approvals": false, "provision": false,
+}
+
+func (g *globalFlags) natsFlags(fs *pflag.FlagSet, store bool) {
+	urlHelp := "NATS server or cluster of a running troy (env NATS_URL; default " + DefaultServerURL + ")"
+	if store {
+		urlHelp = "NATS server or cluster to use (env NATS_URL); empty: an embedded server, store in --data-dir"
+	}
+	fs.StringVar(&g.natsURL, "nats-url", os.Getenv("NATS_URL"), urlHelp)
+	fs.StringVar(&g.creds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&g.tlsCA, "nats-tls-ca", os.Getenv("NATS_TLS_CA"), "CA certificate to verify the NATS server (env NATS_TLS_CA)")
+	fs.StringVar(&g.tlsCert, "nats-tls-cert", os.Getenv("NATS_TLS_CERT"), "client certificate for NATS mTLS (env NATS_TLS_CERT)")
+	fs.StringVar(&g.tlsKey, "nats-tls-key", os.Getenv("NATS_TLS_KEY"), "client key for NATS mTLS (env NATS_TLS_KEY)")
+	fs.BoolVar(&g.noProvision, "no-provision", os.Getenv("TROY_NO_PROVISION") == "1" || os.Getenv("TROY_NO_PROVISION") == "true",
+		"do not create or update streams, consumers and buckets, only check they are there (users without the right to; an operator runs troy provision; env TROY_NO_PROVISION=1)")
+	if store {
+		fs.StringVar(&g.dataDir, "data-dir", envOr("TROY_DATA_DIR", ".troy/data"), "store of the embedded NATS server (env TROY_DATA_DIR)")
+	}
 }
 
 // version is set at build time with -ldflags "-X main.version=…".
