@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,10 +191,27 @@ func TestClientCommandsNeverMakeAStore(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, ".troy"))
 		assert.True(t, os.IsNotExist(err), "%v made a store", args)
 	}
+	// a --nats-url where nothing listens is said at once, for every command
+	// (audits and agent runs used to wait 30 s, then blame provisioning)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	nowhere := "nats://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	traces, policy := examples(t)
+	for _, args := range [][]string{
+		{"audit", filepath.Join(traces, "support_bot.json"), policy}, {"audit-batch", traces, policy},
+		{"agent", "run", filepath.Join(filepath.Dir(traces), "agents", "offline.yaml"), "x"}, {"agent", "list"}, {"ledger", "list"}, {"approvals", "list"},
+		{"check", policy, "-a", "x"}, {"policies", "push", policy}, {"violations", "tail"}, {"provision"},
+	} {
+		r := troy(t, dir, append(args, "--nats-url", nowhere)...)
+		assert.NotEqual(t, 0, r.code, args)
+		assert.Contains(t, r.stderr, "nothing answers at "+nowhere, args)
+	}
+
 	// a store named by TROY_DATA_DIR (or --data-dir) must be there
 	r := troy(t, dir, "ledger", "list")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "no embedded store in "+filepath.Join(dir, ".troy-data"))
-	_, err := os.Stat(filepath.Join(dir, ".troy-data"))
+	_, err = os.Stat(filepath.Join(dir, ".troy-data"))
 	assert.True(t, os.IsNotExist(err))
 }

@@ -76,8 +76,8 @@ func (g *globalFlags) serverClient(name string) bus.ClientConfig {
 func connectServer(g *globalFlags, name string) (*nats.Conn, error) {
 	c := g.serverClient(name)
 	nc, err := bus.Connect(c)
-	if err != nil && g.natsURL == "" {
-		return nil, fmt.Errorf("nothing answers at %s, troy serve's default address: start troy serve, or give --nats-url (or NATS_URL): %w", c.URL, err)
+	if errors.Is(err, nats.ErrNoServers) && g.natsURL == "" {
+		return nil, fmt.Errorf("nothing answers at %s, troy serve's default address: start troy serve, or give --nats-url (or NATS_URL)", c.URL)
 	}
 	return nc, err
 }

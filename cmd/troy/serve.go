@@ -103,7 +103,7 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if err != nil {
 				return codeError{exitError, fmt.Errorf("--http-addr %s: %w (pick a free address)", httpAddr, err)}
 			}
-			cfg := stackConfig{client: g.client("troy-serve"), dataDir: g.dataDir, noProvision: g.noProvision, targets: targets,
+			cfg := stackConfig{client: g.client("troy-serve"), waitForServer: true, dataDir: g.dataDir, noProvision: g.noProvision, targets: targets,
 				workers: workers, maxRuns: maxRuns, policy: def, reportsDir: reportsDir, reportModes: modes, replicas: replicas, splunk: sp, syslog: sl, streamIdle: streamIdle,
 				streamMember: member, ledger: withLedger, natsAuth: natsAuth, ledgerKey: ledgerKey, checkpointEvery: checkpointEvery, checkpointInterval: checkpointInterval}
 			if slices.Contains(targets, "explainer") {

@@ -28,25 +28,28 @@ import (
 
 // stackConfig is what a process needs to reach NATS and run services.
 type stackConfig struct {
-	client       bus.ClientConfig // URL empty: embedded server
-	dataDir      string
-	listen       string // embedded server's client address ("" in-process only)
-	targets      []string
-	workers      int
-	maxRuns      int // agent runs at once (agent-runner)
-	limits       trace.Limits
-	policy       *policy.Engine // pushed at start; the default for live traces
-	reportsDir   string
-	reportModes  report.Modes
-	replicas     int       // stream and bucket replicas on a cluster
-	llm          *llmSetup // nil: the offline explainer
-	splunk       splunk.Config
-	syslog       syslog.Config
-	streamIdle   time.Duration
-	streamMember streamer.Member
-	ledger       bool   // the guard and the reporter record their decisions in the ledger
-	noProvision  bool   // check the topology instead of provisioning it
-	natsAuth     string // the embedded server's users (troy nats-config's auth.conf)
+	client bus.ClientConfig // URL empty: embedded server
+	// waitForServer: a service keeps trying its first connection (it may
+	// start before NATS); a command fails at once when nothing answers
+	waitForServer bool
+	dataDir       string
+	listen        string // embedded server's client address ("" in-process only)
+	targets       []string
+	workers       int
+	maxRuns       int // agent runs at once (agent-runner)
+	limits        trace.Limits
+	policy        *policy.Engine // pushed at start; the default for live traces
+	reportsDir    string
+	reportModes   report.Modes
+	replicas      int       // stream and bucket replicas on a cluster
+	llm           *llmSetup // nil: the offline explainer
+	splunk        splunk.Config
+	syslog        syslog.Config
+	streamIdle    time.Duration
+	streamMember  streamer.Member
+	ledger        bool   // the guard and the reporter record their decisions in the ledger
+	noProvision   bool   // check the topology instead of provisioning it
+	natsAuth      string // the embedded server's users (troy nats-config's auth.conf)
 	// the checkpointer's signing key (file or value) and cadence
 	ledgerKey          string
 	checkpointEvery    uint64
@@ -80,6 +83,7 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 		s.nc, err = s.emb.Connect(cfg.client.Name)
 	} else {
 		cfg.client.Reconnect = true
+		cfg.client.WaitForServer = cfg.waitForServer
 		s.nc, err = bus.Connect(cfg.client)
 	}
 	if err != nil {

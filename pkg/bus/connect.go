@@ -20,7 +20,10 @@ type ClientConfig struct {
 	TLSKey    string
 	Name      string // connection name shown by the server
 	Timeout   time.Duration
-	Reconnect bool // keep retrying when the server goes away (services)
+	Reconnect bool // keep retrying when the server goes away
+	// WaitForServer keeps trying the first connection too (services that
+	// may start before their server); commands fail at once instead.
+	WaitForServer bool
 	// Password of the user the URL names (nats://USER@host), kept out of
 	// the URL so it shows in no process list (TROY_NATS_PASSWORD).
 	Password string
@@ -68,10 +71,26 @@ func Connect(cfg ClientConfig) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(dial, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? check --nats-url / NATS_URL)", RedactURL(cfg.URL), err)
+		if errors.Is(err, nats.ErrNoServers) {
+			return nil, noServer{url: RedactURL(cfg.URL), err: err}
+		}
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(cfg.URL), err)
 	}
 	return nc, nil
 }
+
+// noServer is a connection refused because nothing listens at the URL;
+// it matches nats.ErrNoServers.
+type noServer struct {
+	url string
+	err error
+}
+
+func (e noServer) Error() string {
+	return "nothing answers at " + e.url + ": is troy serve (or the NATS server) running? check --nats-url / NATS_URL"
+}
+
+func (e noServer) Unwrap() error { return e.err }
 
 // Options are the connection options troy's clients use (name, timeout,
 // reconnects) for cfg.
@@ -91,6 +110,9 @@ func Options(cfg ClientConfig) []nats.Option {
 		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(user)))
 	}
 	if cfg.Reconnect {
+		opts = append(opts, nats.MaxReconnects(-1))
+	}
+	if cfg.WaitForServer {
 		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	}
 	return opts
