@@ -401,7 +401,7 @@ func printOutcome(w io.Writer, out agentrun.Outcome, jsonOut bool) {
 			fmt.Fprintf(w, "  - %s\n", u)
 		}
 	}
-	fmt.Fprintf(w, "%d iteration(s), %d tokens, $%.4f, %.1fs, session=%s run=%s\n", out.Iterations, out.TotalTokens, out.CostUSD,
+	fmt.Fprintf(w, "%s, %d tokens, $%.4f, %.1fs, session=%s run=%s\n", plural(out.Iterations, "iteration", "iterations"), out.TotalTokens, out.CostUSD,
 		out.DurationS, out.SessionID, out.RunID)
 }
 
@@ -467,7 +467,11 @@ func (c *console) Emit(ev agent.Event) {
 		if d["approved"] == true {
 			verdict = "approved"
 		}
-		fmt.Fprintf(c.w, "%s %s by %v: %v\n", it, verdict, d["by"], d["reason"])
+		if r, _ := d["reason"].(string); r != "" {
+			fmt.Fprintf(c.w, "%s %s by %v: %s\n", it, verdict, d["by"], r)
+		} else {
+			fmt.Fprintf(c.w, "%s %s by %v\n", it, verdict, d["by"])
+		}
 	case agent.EventContractViolation:
 		fmt.Fprintf(c.w, "%s contract violation (%s, attempt %v): %v\n", it, ev.Phase, d["attempt"], d["reason"])
 	case agent.EventBudgetExceeded:
@@ -477,7 +481,11 @@ func (c *console) Emit(ev agent.Event) {
 	case agent.EventError:
 		fmt.Fprintf(c.w, "%s error: %v\n", it, d["message"])
 	case agent.EventRunEnd:
-		fmt.Fprintf(c.w, "■ end: %v after %v iteration(s)\n", d["status"], d["iterations"])
+		n, _ := d["iterations"].(float64)
+		if v, ok := d["iterations"].(int); ok {
+			n = float64(v)
+		}
+		fmt.Fprintf(c.w, "■ end: %v after %s\n", d["status"], plural(int(n), "iteration", "iterations"))
 	}
 }
 
@@ -661,7 +669,7 @@ func newAgentStatsCmd(g *globalFlags) *cobra.Command {
 				fmt.Fprintf(out, "tool calls: %d (%.0f%% ok)\n", o["tool_calls"], 100*o["tool_success_rate"].(float64))
 				for _, n := range o["tools"].([]string) {
 					s := tel.Tools[n]
-					fmt.Fprintf(out, "  %-14s %d calls, %d failed%s\n", n, s.Count, s.Errors, paren(counts(s.ErrorCodes)))
+					fmt.Fprintf(out, "  %-14s %s, %d failed%s\n", n, plural(s.Count, "call", "calls"), s.Errors, paren(counts(s.ErrorCodes)))
 				}
 				fmt.Fprintf(out, "blocked calls: %d%s; circuit trips: %s; budgets exhausted: %s; cancelled: %d\n",
 					tel.Blocked, paren(counts(tel.BlockedByTool)), orNone(counts(tel.CircuitTrips)), orNone(counts(tel.Exhaustions)), tel.Cancellations)

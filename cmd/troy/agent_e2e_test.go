@@ -37,7 +37,7 @@ func TestAgentOfflineExample(t *testing.T) {
 		"Profile examples/data/sales.csv and name the top 3 regions", "--workspace", root, "--out-dir", "rep")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.True(t, strings.HasPrefix(r.stdout, "[complete] Top 3 regions by revenue"), r.stdout)
-	assert.Contains(t, r.stdout, "3 iteration(s)")
+	assert.Contains(t, r.stdout, "3 iterations")
 	for _, want := range []string{"[1] plan: analyze_data for step s1", "[2] result ok", "East | 25312.5", "■ end: complete", "troy: audit: risk 0/100"} {
 		assert.Contains(t, r.stderr, want)
 	}
@@ -61,6 +61,16 @@ func TestAgentOfflineExample(t *testing.T) {
 	r = troy(t, dir, "ledger", "verify", run)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, run+": ok, 4 records")
+	assert.Contains(t, r.stderr, "the log was not checked against a signed checkpoint (give --pubkey for that)")
+	r = troy(t, dir, "ledger", "verify", "nosuchrun")
+	assert.Equal(t, 1, r.code, "a mistyped id does not verify")
+	assert.Contains(t, r.stderr, "no ledger nosuchrun: it has no records")
+	r = troy(t, dir, "ledger", "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, "LEDGER "), r.stdout)
+	assert.Contains(t, r.stdout, run)
+	r = troy(t, dir, "ledger", "proof", "999")
+	assert.Equal(t, 1, r.code)
 	r = troy(t, dir, "ledger", "show", run)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `"kind":"run_end"`)
@@ -90,7 +100,7 @@ func TestAgentOfflineExample(t *testing.T) {
 	assert.Contains(t, r.stdout, "not_included")
 	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "ledger.pub")
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
-	assert.Contains(t, r.stdout, "consistent with 1 checkpoint(s) signed by e2e-log")
+	assert.Contains(t, r.stdout, "consistent with 1 checkpoint signed by e2e-log")
 
 	r = troy(t, dir, "agent", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -223,7 +233,7 @@ func TestAgentCtrlCThenResume(t *testing.T) {
 	r := troy(t, dir, "agent", "resume", session)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "[complete] done")
-	assert.Contains(t, r.stdout, "2 iteration(s)", "numbering goes on")
+	assert.Contains(t, r.stdout, "2 iterations", "numbering goes on")
 	assert.Contains(t, r.stderr, "(resumed)")
 
 	// A second Ctrl-C stops at once, still with a result.
@@ -337,7 +347,7 @@ audit: {enabled: false}
 		t.Fatalf("no result within 60s: %s", stderr.String())
 	}
 	assert.Contains(t, stdout.String(), "[complete] wrote f.txt")
-	assert.Contains(t, stdout.String(), "3 iteration(s)", "iteration 1 was cut short; the second runner ran 2 and 3")
+	assert.Contains(t, stdout.String(), "3 iterations", "iteration 1 was cut short; the second runner ran 2 and 3")
 	assert.Contains(t, stderr.String(), "(resumed)")
 	b, err := os.ReadFile(filepath.Join(ws, "f.txt"))
 	require.NoError(t, err)
@@ -458,7 +468,7 @@ func TestLedgerCheckpointEndToEnd(t *testing.T) {
 	assert.True(t, strings.HasPrefix(r.stdout, "troy-ledger/e2e\n4\n"), r.stdout)
 	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub")
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
-	assert.Contains(t, r.stdout, "log: ok, 4 entries, consistent with 1 checkpoint(s) signed by e2e (the newest covers 4)")
+	assert.Contains(t, r.stdout, "log: ok, 4 entries, consistent with 1 checkpoint signed by e2e (the newest covers 4)")
 
 	r = troy(t, dir, "ledger", "keygen", "--name", "e2e", "-o", "other")
 	require.Equal(t, 0, r.code)
@@ -466,7 +476,7 @@ func TestLedgerCheckpointEndToEnd(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	r = troy(t, dir, "ledger", "verify", "--all", "--pubkey", "pub")
 	assert.Equal(t, 0, r.code, "a checkpoint another key signed is ignored, and said so: %s", r.stdout)
-	assert.Contains(t, r.stderr, "1 stored checkpoint(s) are not signed by e2e and were ignored")
+	assert.Contains(t, r.stderr, "1 stored checkpoint is not signed by e2e and ignored")
 	r = troy(t, dir, "ledger", "checkpoint", "export")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "foreign.checkpoint"), []byte(r.stdout), 0o644))

@@ -13,6 +13,7 @@ import (
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/guard"
 	"github.com/troy-audit/troy/pkg/ledger"
+	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -70,7 +71,9 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 				req.Policy = ref
 				nc, err := bus.Connect(g.client("troy-check"))
 				if err != nil {
-					return codeError{exitError, err}
+					// an unreachable guard blocks, as the SDKs' clients do
+					d := guard.Decision{Decision: guard.Block, Mode: req.Mode, Violations: []policy.Violation{}, Reason: "the guard cannot be reached: " + err.Error()}
+					return printDecision(cmd, d)
 				}
 				defer nc.Close()
 				checker = &guard.NATS{Conn: nc, Opts: guard.RemoteOptions{Timeout: timeout}}
@@ -96,15 +99,7 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			out, _ := json.MarshalIndent(d, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(out))
-			if d.Decision != guard.Allow {
-				if d.Reason != "" {
-					return codeError{exitViolation, fmt.Errorf("blocked: %s", d.Reason)}
-				}
-				return codeError{exitViolation, fmt.Errorf("blocked by %s of %s", plural(len(d.Violations), "violation", "violations"), d.PolicyID)}
-			}
-			return nil
+			return printDecision(cmd, d)
 		},
 	}
 	fl := cmd.Flags()
@@ -119,6 +114,19 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 	fl.DurationVar(&timeout, "timeout", 2*time.Second, "with --nats-url: block when the guard does not answer within this")
 	fl.StringVar(&ledgerURL, "ledger", "", "record the decision in the decision ledger of the NATS server at this URL (ledger check.<host>); a decision that cannot be recorded blocks")
 	return cmd
+}
+
+// printDecision prints a decision as JSON; a block exits 2.
+func printDecision(cmd *cobra.Command, d guard.Decision) error {
+	out, _ := json.MarshalIndent(d, "", "  ")
+	fmt.Fprintln(cmd.OutOrStdout(), string(out))
+	if d.Decision == guard.Allow {
+		return nil
+	}
+	if d.Reason != "" {
+		return codeError{exitViolation, fmt.Errorf("blocked: %s", d.Reason)}
+	}
+	return codeError{exitViolation, fmt.Errorf("blocked by %s of %s", plural(len(d.Violations), "violation", "violations"), d.PolicyID)}
 }
 
 // recordChecks makes local record its decisions on the ledger of the NATS

@@ -74,11 +74,11 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 					if err == nil {
 						var res ledger.Checked
 						if res, err = ledger.CheckAll(cps, v, ledger.Leaves(stored)); err == nil {
-							fmt.Fprintf(cmd.OutOrStdout(), "log: ok, %d entries, consistent with %d checkpoint(s) signed by %s (the newest covers %d)\n",
-								len(stored), res.Checkpoints, v.Name(), res.Size)
+							fmt.Fprintf(cmd.OutOrStdout(), "log: ok, %d entries, consistent with %s signed by %s (the newest covers %d)\n",
+								len(stored), plural(res.Checkpoints, "checkpoint", "checkpoints"), v.Name(), res.Size)
 						}
 						if res.Ignored > 0 {
-							fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d stored checkpoint(s) are not signed by %s and were ignored: forged, or signed with another key\n", res.Ignored, v.Name())
+							fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s not signed by %s and ignored: forged, or signed with another key\n", plural(res.Ignored, "stored checkpoint is", "stored checkpoints are"), v.Name())
 						}
 					}
 					if err != nil {
@@ -99,6 +99,10 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 					if err != nil {
 						return err
 					}
+					if len(entries) == 0 && !all {
+						// a mistyped id must not "verify"
+						return codeError{exitError, fmt.Errorf("no ledger %s: it has no records (troy ledger list shows them)", id)}
+					}
 					head, err := ledger.Verify(id, entries)
 					if err != nil {
 						bad++
@@ -106,6 +110,12 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 						continue
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d records, head %s\n", id, len(entries), head)
+				}
+				if all && len(ids) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "no ledgers yet")
+				}
+				if pubkey == "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "troy: chains checked; the log was not checked against a signed checkpoint (give --pubkey for that)")
 				}
 				if bad > 0 {
 					return codeError{exitViolation, fmt.Errorf("%d of %d ledgers have faults", bad, len(ids))}
@@ -190,6 +200,11 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if len(counts) == 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), "no ledgers yet: agent runs, guards with --ledger and the reporter write them")
+					return nil
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-48s %s\n", "LEDGER", "RECORDS")
 				for _, id := range slices.Sorted(maps.Keys(counts)) {
 					fmt.Fprintf(cmd.OutOrStdout(), "%-48s %d\n", id, counts[id])
 				}
@@ -220,6 +235,9 @@ func newLedgerCmd(g *globalFlags) *cobra.Command {
 				stored, err := ledger.ReadAll(ctx, st.js)
 				if err != nil {
 					return err
+				}
+				if last := len(stored); last == 0 || seq > stored[last-1].StreamSeq {
+					return codeError{exitError, fmt.Errorf("no entry %d: the log has %s (troy ledger show LEDGER_ID prints entry numbers)", seq, plural(last, "entry", "entries"))}
 				}
 				p, err := ledger.Prove(stored, seq, cp)
 				if err != nil {

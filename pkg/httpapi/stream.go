@@ -260,7 +260,7 @@ func resolvePolicy(w http.ResponseWriter, r *http.Request, policies PolicyLookup
 	}
 	e, err := policies.Engine(r.Context(), ref)
 	if err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, Problem{Error: fmt.Sprintf("policy %q: %v (troy policies push FILE stores one; troy policies list shows them)", ref, err)})
+		writeJSON(w, http.StatusUnprocessableEntity, Problem{Error: fmt.Sprintf("policy %q: %v", ref, err)})
 		return "", false
 	}
 	return e.Hash(), true
