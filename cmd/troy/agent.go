@@ -168,6 +168,8 @@ func newAgentResumeCmd(g *globalFlags) *cobra.Command {
 func readGoal(cmd *cobra.Command, args []string, goalFile string) (string, error) {
 	var goal string
 	switch {
+	case len(args) == 2 && goalFile != "":
+		return "", errors.New("the goal is given twice, as an argument and with --goal-file: give it once")
 	case len(args) == 2:
 		goal = args[1]
 	case goalFile != "":

@@ -46,7 +46,7 @@ func TestDockerComposeMatchesTheRegistry(t *testing.T) {
 }
 
 // deploy/nats/auth.conf is troy nats-config --from-env's output for the
-// topology as it is (regenerate: troy nats-config --from-env --out deploy/nats).
+// topology as it is (regenerate: troy nats-config --from-env --force --out deploy/nats).
 func TestDeployNATSUsersAreCurrent(t *testing.T) {
 	topo, err := pipelines.Load()
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func TestDeployNATSUsersAreCurrent(t *testing.T) {
 	require.NoError(t, err)
 	got, err := os.ReadFile("../../deploy/nats/auth.conf")
 	require.NoError(t, err)
-	assert.Equal(t, want, string(got), "regenerate with: troy nats-config --from-env --out deploy/nats (and delete the credentials it writes there)")
+	assert.Equal(t, want, string(got), "regenerate with: troy nats-config --from-env --force --out deploy/nats (and delete the credentials it writes there)")
 }
 
 func TestParseTargets(t *testing.T) {

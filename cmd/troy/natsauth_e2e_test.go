@@ -149,6 +149,11 @@ func TestEmbeddedNATSWithUsers(t *testing.T) {
 
 	r = troy(t, dir, "nats-config", "--out", "nats")
 	require.Equal(t, 0, r.code, r.stderr)
+	before := read(t, dir, "nats/credentials")
+	r = troy(t, dir, "nats-config", "--out", "nats")
+	assert.Equal(t, 1, r.code, "a second run would lock out the first one's users")
+	assert.Contains(t, r.stderr, "auth.conf exists: new passwords would lock out whoever uses the old ones; --force")
+	assert.Equal(t, before, read(t, dir, "nats/credentials"))
 	creds, err := os.ReadFile(filepath.Join(dir, "nats", "credentials"))
 	require.NoError(t, err)
 	var auditPW string

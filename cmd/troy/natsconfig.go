@@ -4,8 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,6 +20,7 @@ func newNATSConfigCmd() *cobra.Command {
 	var out string
 	var fromEnv bool
 	var routes []string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "nats-config --out DIR",
 		Short: "Write NATS users for troy: one a service, client roles (audit, siem, guard-client), an operator",
@@ -32,7 +35,11 @@ deploy/nats/auth.conf is), and no cluster.conf is written.
 
 Each service's user may read its own consumer, publish its own outputs and use
 its own buckets, nothing else; services then run with --no-provision, and the
-operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
+operator runs troy provision. Connect as nats://USER@host:4222 with the
+password in TROY_NATS_PASSWORD (out of process lists).
+
+Run it once: a second run makes new passwords, which locks out everyone still
+using the old ones, so it refuses to replace the files without --force.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -64,6 +71,13 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 			if err != nil {
 				return err
 			}
+			if !force {
+				for _, name := range []string{"auth.conf", "credentials", "compose.env", "cluster.conf"} {
+					if _, err := os.Stat(filepath.Join(out, name)); err == nil {
+						return codeError{exitError, fmt.Errorf("%s exists: new passwords would lock out whoever uses the old ones; --force replaces them all", filepath.Join(out, name))}
+					}
+				}
+			}
 			if err := os.MkdirAll(out, 0o700); err != nil {
 				return codeError{exitError, err}
 			}
@@ -82,13 +96,14 @@ operator runs troy provision. Connect as nats://USER:PASSWORD@host:4222.`,
 					return codeError{exitError, err}
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d users to %s and their passwords to %s\n", len(users),
-				filepath.Join(out, "auth.conf"), filepath.Join(out, "credentials"))
+			names := slices.Sorted(maps.Keys(files))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d users to %s (%s)\n", len(users), out, strings.Join(names, ", "))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the folder to write auth.conf, credentials and compose.env to")
 	cmd.Flags().StringSliceVar(&routes, "routes", []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"}, "the cluster's nodes (host:port of their cluster listeners), for cluster.conf; empty: none")
+	cmd.Flags().BoolVar(&force, "force", false, "replace the files of an earlier run (new passwords for every user)")
 	cmd.Flags().BoolVar(&fromEnv, "from-env", false, "auth.conf reads the passwords from the server's environment (TROY_NATS_PW_<USER>) instead of holding hashes")
 	return cmd
 }

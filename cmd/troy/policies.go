@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -137,6 +138,11 @@ func newPoliciesInitCmd() *cobra.Command {
 		Short: "Start a policy from one or more templates, merged with rule ids kept unique",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for i, n := range names {
+				if slices.Contains(names[:i], n) {
+					return codeError{exitError, fmt.Errorf("-t %s is given twice: each template once", n)}
+				}
+			}
 			p, err := templates.Merge(id, names...)
 			if err != nil {
 				return codeError{exitError, err}
