@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/signal"
@@ -23,6 +24,7 @@ import (
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/score"
+	"github.com/troy-audit/troy/pkg/templates"
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
@@ -195,8 +197,24 @@ func (f *auditFlags) validate() error {
 	return nil
 }
 
+// loadPolicy reads a policy file, or names a bundled template (soc2,
+// hipaa, …) when no such file is there.
 func loadPolicy(path string) (*policy.Engine, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && slices.Contains(templates.Names(), path) {
+		p, err := templates.Load(path)
+		if err != nil {
+			return nil, err
+		}
+		return policy.Compile(p)
+	}
 	l, err := policy.LoadEngine(path, policy.Options{})
+	if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(path, `/\`) && filepath.Ext(path) == "" {
+		return nil, fmt.Errorf("%w (nor is it a bundled template: %s)", err, strings.Join(templates.Names(), ", "))
+	}
+	var pe *policy.Error
+	if errors.As(err, &pe) && looksLikeTrace(pe) {
+		return nil, fmt.Errorf("%w\n%s looks like a trace, not a policy: is the order of the arguments right? (troy audit TRACE POLICY)", err, path)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +223,16 @@ func loadPolicy(path string) (*policy.Engine, error) {
 			path, plural(n, "condition is", "conditions are"), path)
 	}
 	return l.Engine, nil
+}
+
+// looksLikeTrace: a "policy" whose unknown fields are a trace's.
+func looksLikeTrace(pe *policy.Error) bool {
+	for _, p := range pe.Problems {
+		if strings.Contains(p.Message, "unknown field") && (p.Field == "steps" || p.Field == "trace_id" || p.Field == "agent_name") {
+			return true
+		}
+	}
+	return false
 }
 
 func defaultOutDir() string { return filepath.Join("logs", time.Now().Format("2006-01-02")) }
@@ -227,6 +255,13 @@ Writes the markdown report and audit.json (default logs/<date>/<trace_id>/). Exi
 			// by default each trace gets its own folder, logs/<date>/<trace_id>/,
 			// as in a batch: a second audit the same day does not overwrite the first
 			defaultMD, defaultJSON := mdPath == "", jsonPath == ""
+			// one named file puts the other beside it
+			if defaultJSON && !defaultMD {
+				jsonPath, defaultJSON = filepath.Join(filepath.Dir(mdPath), report.JSONFile), false
+			}
+			if defaultMD && !defaultJSON {
+				mdPath, defaultMD = filepath.Join(filepath.Dir(jsonPath), report.MarkdownFile), false
+			}
 			data, err := os.ReadFile(args[0])
 			if err != nil {
 				return codeError{exitError, fmt.Errorf("read trace: %w", err)}
@@ -319,8 +354,8 @@ Writes the markdown report and audit.json (default logs/<date>/<trace_id>/). Exi
 			return res.exit(f)
 		},
 	}
-	cmd.Flags().StringVarP(&mdPath, "output", "o", "", "markdown report path (default logs/<date>/<trace_id>/report.md)")
-	cmd.Flags().StringVarP(&jsonPath, "json-output", "j", "", "audit.json path (default logs/<date>/<trace_id>/audit.json)")
+	cmd.Flags().StringVarP(&mdPath, "output", "o", "", "markdown report path (default logs/<date>/<trace_id>/report.md; audit.json goes beside it unless -j)")
+	cmd.Flags().StringVarP(&jsonPath, "json-output", "j", "", "audit.json path (default logs/<date>/<trace_id>/audit.json; report.md goes beside it unless -o)")
 	f.register(cmd)
 	return cmd
 }

@@ -215,3 +215,27 @@ func TestClientCommandsNeverMakeAStore(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, ".troy-data"))
 	assert.True(t, os.IsNotExist(err))
 }
+
+// Newcomer trips (issue 17's README walk): a template name works wherever
+// a policy file does; swapped arguments are named as such; -o alone puts
+// audit.json beside the report.
+func TestPolicyArgumentsAsANewcomerWritesThem(t *testing.T) {
+	traces, policy := examples(t)
+	trace := filepath.Join(traces, "support_bot.json")
+	dir := t.TempDir()
+	r := troy(t, dir, "audit", trace, "soc2", "-o", "only/r.md")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, filepath.Join(dir, "only", "audit.json"), "beside the report")
+	assert.NoDirExists(t, filepath.Join(dir, "logs"))
+
+	r = troy(t, dir, "check", "hipaa", "-a", "bash")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"policy_id": "hipaa"`)
+	r = troy(t, dir, "check", "soc3", "-a", "bash")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "nor is it a bundled template: agent_safety")
+
+	r = troy(t, dir, "audit", policy, trace)
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "support_bot.json looks like a trace, not a policy: is the order of the arguments right? (troy audit TRACE POLICY)")
+}
