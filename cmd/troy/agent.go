@@ -679,7 +679,7 @@ func newAgentStatsCmd(g *globalFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", 24*time.Hour, "how far back")
+	spanVar(cmd.Flags(), &since, "since", 24*time.Hour, "how far back (90m, 12h, 7d, 2w)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
 	return cmd
 }

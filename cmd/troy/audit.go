@@ -191,6 +191,9 @@ func (f *auditFlags) validate() error {
 		return fmt.Errorf("--report-mode: %w", err)
 	}
 	f.modes = modes
+	if f.window < 1 {
+		return fmt.Errorf("--concurrency %d: at least 1 trace must be in the pipeline", f.window)
+	}
 	if f.maxTraceBytes < 1 || f.maxSteps < 1 {
 		return errors.New("--max-trace-bytes and --max-steps must be positive")
 	}
@@ -238,7 +241,7 @@ func looksLikeTrace(pe *policy.Error) bool {
 func defaultOutDir() string { return filepath.Join("logs", time.Now().Format("2006-01-02")) }
 
 func newAuditCmd(g *globalFlags) *cobra.Command {
-	f := &auditFlags{}
+	f := &auditFlags{window: 1}
 	var mdPath, jsonPath string
 	cmd := &cobra.Command{
 		Use:   "audit TRACE POLICY",
@@ -488,7 +491,7 @@ func (r auditResult) exit(f *auditFlags) error {
 	if f.failOnRuleErr {
 		for _, e := range r.entries {
 			if len(e.RuleErrors) > 0 {
-				return codeError{exitError, fmt.Errorf("rules could not be evaluated (--fail-on-rule-error): fix them with troy policies lint and audit again")}
+				return codeError{exitError, fmt.Errorf("rules could not be evaluated on some steps (--fail-on-rule-error): lint cannot see these, they depend on the data; guard the fields they read, e.g. get(step, 'input.amount', 0) > 1000 instead of step.input.amount > 1000")}
 			}
 		}
 	}

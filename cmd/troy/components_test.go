@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,4 +69,16 @@ func TestParseTargets(t *testing.T) {
 	assert.ErrorContains(t, err, `--target "evaluatr": want all or one or more of ingest, graph`)
 	assert.Equal(t, []string{"ingest", "graph", "evaluator", "explainer", "scorer", "reporter"}, componentNames(kindStage))
 	assert.Contains(t, targetHelp(), "splunk, syslog")
+}
+
+func TestSpanTakesDaysAndWeeks(t *testing.T) {
+	var d time.Duration
+	s := span{&d}
+	for in, want := range map[string]time.Duration{"90m": 90 * time.Minute, "7d": 7 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "1d12h": 36 * time.Hour, "1w1d": 8 * 24 * time.Hour} {
+		require.NoError(t, s.Set(in), in)
+		assert.Equal(t, want, d, in)
+	}
+	for _, bad := range []string{"d", "xd", "1x", "-1d", "1d-"} {
+		assert.ErrorContains(t, s.Set(bad), "write a duration such as 90m, 12h, 7d or 2w", bad)
+	}
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/pflag"
 )
 
 // progress shows a bar when stdout is a terminal and plain lines (on stderr,
@@ -58,4 +61,49 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// span is a duration flag that also takes days and weeks (7d, 2w, 1d12h):
+// how far back people think when they look at findings and runs.
+type span struct{ d *time.Duration }
+
+func spanVar(fs *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var(span{p}, name, usage)
+}
+
+func (s span) String() string {
+	if s.d == nil {
+		return ""
+	}
+	return s.d.String()
+}
+
+func (s span) Type() string { return "duration" }
+
+func (s span) Set(v string) error {
+	var total time.Duration
+	rest := v
+	for _, unit := range []struct {
+		suffix string
+		size   time.Duration
+	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
+		if i := strings.Index(rest, unit.suffix); i >= 0 {
+			n, err := strconv.Atoi(rest[:i])
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q: write a duration such as 90m, 12h, 7d or 2w", v)
+			}
+			total += time.Duration(n) * unit.size
+			rest = rest[i+1:]
+		}
+	}
+	if rest != "" {
+		d, err := time.ParseDuration(rest)
+		if err != nil {
+			return fmt.Errorf("%q: write a duration such as 90m, 12h, 7d or 2w", v)
+		}
+		total += d
+	}
+	*s.d = total
+	return nil
 }

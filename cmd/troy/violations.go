@@ -66,6 +66,7 @@ Without --nats-url it connects to troy serve's default, nats://127.0.0.1:4222.`,
 				}
 				from.Seq = st.CachedInfo().State.LastSeq + 1
 			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "troy: following %s on %s (Ctrl-C stops)\n", filter, bus.RedactURL(nc.ConnectedUrlRedacted()))
 			var failing time.Time
 			for n := 0; limit == 0 || n < limit; {
 				batch, next, err := bus.DirectRead(ctx, nc, ViolationsStream, filter, from, 256)
@@ -108,7 +109,7 @@ Without --nats-url it connects to troy serve's default, nats://127.0.0.1:4222.`,
 	fl := tail.Flags()
 	fl.StringVar(&severity, "severity", "", "only this severity and above: critical, high, medium or low")
 	fl.StringVar(&rule, "rule", "", "only this rule id")
-	fl.DurationVar(&since, "since", 0, "first replay the findings of this long ago, e.g. 1h")
+	spanVar(fl, &since, "since", 0, "first replay the findings of this long ago (90m, 12h, 7d, 2w)")
 	fl.BoolVar(&jsonOut, "json", false, "print each finding as its OCSF JSON, one per line")
 	fl.IntVar(&limit, "limit", 0, "stop after this many findings (0: run until interrupted)")
 	cmd.AddCommand(tail)
