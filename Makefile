@@ -26,7 +26,7 @@ install:
 demo: build
 	$(BIN) audit-batch examples/traces examples/policy.yaml --out-dir logs/demo
 	@echo "open logs/demo/summary.md"
-	$(BIN) agent run examples/agents/offline.yaml "Profile examples/data/sales.csv and name the top 3 regions" --out-dir logs/demo/agent
+	$(BIN) agent run examples/agents/offline.yaml "Profile examples/data/sales.csv and name the top 3 regions" --out-dir logs/demo-agent
 
 test: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...

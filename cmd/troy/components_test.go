@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/troy-audit/troy/pipelines"
 	"github.com/troy-audit/troy/pkg/natsauth"
+	"github.com/troy-audit/troy/pkg/policy"
+	"github.com/troy-audit/troy/pkg/templates"
 	"sigs.k8s.io/yaml"
 )
 
@@ -81,4 +84,38 @@ func TestSpanTakesDaysAndWeeks(t *testing.T) {
 	for _, bad := range []string{"d", "xd", "1x", "-1d", "1d-"} {
 		assert.ErrorContains(t, s.Set(bad), "write a duration such as 90m, 12h, 7d or 2w", bad)
 	}
+}
+
+// A policy written as YAML reads back the same (same hash), keys in the
+// order people read them, whatever its conditions hold.
+func TestEncodedPoliciesReadBackTheSame(t *testing.T) {
+	tricky := &policy.Policy{PolicyID: "p", Rules: []policy.Rule{
+		{RuleID: "a", Condition: "`^x` matches step.name", Severity: "low"},
+		{RuleID: "b: c", Condition: "step.name == 'a: b' or step.name == '# not a comment'", Severity: "high", Controls: []string{"SOC 2 CC6.1"}},
+		{RuleID: "c", Condition: "step.name in ['yes', 'no', 'null', '007']\nand true", Severity: "medium", Description: "- looks like a list"},
+	}}
+	raw, err := json.Marshal(tricky)
+	require.NoError(t, err)
+	tricky, err = policy.Parse(raw) // defaults filled, as every loaded policy
+	require.NoError(t, err)
+	ps := []*policy.Policy{tricky}
+	for _, n := range templates.Names() {
+		p, err := templates.Load(n)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		_, err := policy.Compile(p)
+		require.NoError(t, err, p.PolicyID)
+		for _, path := range []string{"p.yaml", "p.json"} {
+			b, err := encodePolicy(path, p)
+			require.NoError(t, err)
+			back, err := policy.Parse(b)
+			require.NoError(t, err, "%s\n%s", path, b)
+			assert.Equal(t, p.Hash(), back.Hash(), "%s %s", p.PolicyID, path)
+		}
+	}
+	b, err := encodePolicy("p.yaml", tricky)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(b), "policy_id: p\nrules:\n  - rule_id: a\n"), string(b))
 }

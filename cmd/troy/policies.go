@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
+	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -95,7 +96,33 @@ func encodePolicy(path string, p *policy.Policy) ([]byte, error) {
 		b, err := json.MarshalIndent(p, "", "  ")
 		return append(b, '\n'), err
 	}
-	return yaml.Marshal(p)
+	// through JSON so the keys keep the order people read them in
+	// (policy_id, rules; rule_id, description, condition, …), not sorted
+	js, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var doc yamlv3.Node
+	if err := yamlv3.Unmarshal(js, &doc); err != nil {
+		return nil, err
+	}
+	blockStyle(&doc)
+	var b bytes.Buffer
+	enc := yamlv3.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
+// blockStyle turns JSON's flow style into YAML's block style, and strings
+// back to plain (or quoted only where YAML needs it).
+func blockStyle(n *yamlv3.Node) {
+	n.Style &^= yamlv3.FlowStyle | yamlv3.DoubleQuotedStyle
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
 }
 
 func newPoliciesCopyCmd() *cobra.Command {
@@ -196,8 +223,8 @@ func newPoliciesImportCmd() *cobra.Command {
 	var partial, force bool
 	cmd := &cobra.Command{
 		Use:   "import OLD_POLICY -o FILE",
-		Short: "Translate a seed-style policy with Python conditions into troy's language",
-		Long: `Translate a policy whose conditions are Python expressions (the seed's subset:
+		Short: "Translate a policy with Python conditions (troy's predecessor's) into troy's language",
+		Long: `Translate a policy whose conditions are Python expressions (troy's predecessor's subset:
 get, matches, any_step/any_next/any_prev with lambda, s['k'], x.get('k', d),
 and/or/not, ==, !=, in, is None, is True/False, str(), len(), json.dumps())
 into expr. Rules outside the subset are reported one by one, never guessed;

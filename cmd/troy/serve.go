@@ -150,8 +150,12 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if st.emb != nil {
 				natsWhere = st.emb.ClientURL() + " (embedded, store " + g.dataDir + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: %s://%s (console at /, /healthz /readyz /metrics, POST /v1/traces)\n  http auth: %s\n",
-				targets, natsWhere, scheme, lis.Addr(), sec.tokensSource)
+			policyLine := "none: traces and checks must name one (serve --policy FILE or TEMPLATE sets it)"
+			if def != nil {
+				policyLine = def.Policy().PolicyID + " " + def.Hash()
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "troy serving %v\n  nats: %s\n  http: %s://%s (console at /)\n  http auth: %s\n  default policy: %s\n",
+				targets, natsWhere, scheme, lis.Addr(), sec.tokensSource, policyLine)
 			fmt.Fprintf(cmd.OutOrStdout(), "  endpoints: %s\n", strings.Join(endpoints(st, scheme+"://"+lis.Addr().String()), ", "))
 			log.Info().Strs("targets", targets).Str("nats", natsWhere).Str("http", scheme+"://"+lis.Addr().String()).Str("http_auth", sec.tokensSource).Msg("troy serving")
 

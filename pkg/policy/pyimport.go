@@ -7,7 +7,7 @@ import (
 	"unicode"
 )
 
-// FromPython translates a condition written in the seed's Python subset
+// FromPython translates a condition written in the Python subset of troy's predecessor
 // into troy's expr language:
 //
 //	get(…), matches(…), any_step/any_next/any_prev(lambda s: …), s['k'],
@@ -380,7 +380,7 @@ func exprString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\n", `\n`).Replace(s) + "'"
 }
 
-// ImportPython reads a seed-style policy (JSON or YAML) whose conditions are
+// ImportPython reads a policy of troy's predecessor (JSON or YAML) whose conditions are
 // Python expressions and translates each one. Every rule that cannot be
 // translated, or whose translation does not compile, is a problem; the
 // returned policy holds the rules that translated.
