@@ -239,3 +239,28 @@ func TestPolicyArgumentsAsANewcomerWritesThem(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "support_bot.json looks like a trace, not a policy: is the order of the arguments right? (troy audit TRACE POLICY)")
 }
+
+// Issue 17 #11: shell completion knows template names and rule ids.
+func TestShellCompletionKnowsTemplatesAndRules(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mine.yaml"), []byte("policy_id: mine\nrules:\n  - rule_id: my-own-rule\n    condition: 'true'\n"), 0o644))
+	r := troy(t, dir, "__complete", "policies", "show", "s")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "soc2\t")
+	assert.Contains(t, r.stdout, "safe_browsing\t")
+	assert.NotContains(t, r.stdout, "hipaa")
+
+	r = troy(t, dir, "__complete", "check", "")
+	assert.Contains(t, r.stdout, "hipaa\t")
+	assert.Contains(t, r.stdout, "mine.yaml\n", "policy files too")
+	r = troy(t, dir, "__complete", "policies", "init", "-t", "h")
+	assert.Contains(t, r.stdout, "hipaa\t")
+
+	r = troy(t, dir, "__complete", "violations", "tail", "--rule", "")
+	assert.Contains(t, r.stdout, "my-own-rule\tmedium\n")
+	assert.Contains(t, r.stdout, "pii-to-external\tcritical: ")
+
+	r = troy(t, dir, "completion", "bash")
+	require.Equal(t, 0, r.code)
+	assert.Contains(t, r.stdout, "__start_troy")
+}

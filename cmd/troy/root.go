@@ -201,6 +201,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		}
 		g.natsFlags(fs, store)
 	}
+	registerCompletions(root)
 	return root
 }
 
