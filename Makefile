@@ -29,7 +29,8 @@ demo: build
 	$(BIN) agent run examples/agents/offline.yaml "Profile examples/data/sales.csv and name the top 3 regions" --out-dir logs/demo-agent
 
 test: test-deps
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@# gotestsum: go test's results, every skipped test with its reason, and a count at the end
+	$(GO) tool gotestsum --format pkgname-and-test-fails --format-icons text --format-hide-empty-pkg -- -race -count=1 -timeout 20m ./...
 	cd sdk/langchaingo && GOWORK=off $(GO) test -race -count=1 -timeout 10m ./...
 	cd sdk/python && python3 -m unittest discover -s tests
 	cd sdk/typescript && npm ci --silent --no-audit --no-fund && npm test --silent

@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/troy}
 N_LARGE=${BENCH_TRACES:-10000}
 N_HUGE=${BENCH_HUGE:-100000}
-SHARED=${SHARED:-../shared}
+SHARED=${TROY_SHARED:-${SHARED:-../shared}}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/troy-bench.XXXXXX")
 SHM=""
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then SHM=$(mktemp -d /dev/shm/troy-bench.XXXXXX); fi

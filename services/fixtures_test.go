@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/troy-audit/troy/pkg/fixtures"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,10 +27,7 @@ import (
 // id from its source when the format has none) and audited with the
 // agent_safety template, without an error.
 func TestEveryFixtureIngestsAndAudits(t *testing.T) {
-	root := "../../shared/fixtures"
-	if _, err := os.Stat(root); os.IsNotExist(err) {
-		t.Skip("shared fixtures not present")
-	}
+	root := fixtures.Path(t, "fixtures")
 	p, err := templates.Load("agent_safety")
 	require.NoError(t, err)
 	e, err := policy.Compile(p)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/troy-audit/troy/pkg/fixtures"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -73,11 +75,8 @@ func TestTwoEvaluatorsSplitABatch(t *testing.T) {
 // TestAuditBatchReadsChatLogs runs the real pipeline over the chat-format
 // fixtures (tau-bench and AgentInstruct JSONL): every run is audited.
 func TestAuditBatchReadsChatLogs(t *testing.T) {
-	root, err := filepath.Abs("../../../shared/fixtures")
+	root, err := filepath.Abs(fixtures.Path(t, "fixtures"))
 	require.NoError(t, err)
-	if _, err := os.Stat(root); os.IsNotExist(err) {
-		t.Skip("shared fixtures not present")
-	}
 	dir := t.TempDir()
 	for folder, n := range map[string]int{"tau-bench": 30, "agent-instruct": 195} {
 		r := troy(t, dir, "audit-batch", filepath.Join(root, folder), filepath.Join(mustAbs(t, "../../pkg/templates"), "agent_safety.yaml"), "--out-dir", folder)

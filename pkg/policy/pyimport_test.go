@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/troy-audit/troy/pkg/fixtures"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -54,10 +56,7 @@ func TestFromPythonRefusesWhatItDoesNotKnow(t *testing.T) {
 // The reference policy the bench uses translates whole, and the translation
 // fires exactly where the hand-written expr version does.
 func TestFromPythonOnTheBenchPolicy(t *testing.T) {
-	raw, err := os.ReadFile("../../../shared/bench/policy_py.json")
-	if os.IsNotExist(err) {
-		t.Skip("shared bench not present")
-	}
+	raw, err := os.ReadFile(fixtures.Path(t, "bench", "policy_py.json"))
 	require.NoError(t, err)
 	imported, probs := ImportPython(raw)
 	require.Empty(t, probs)

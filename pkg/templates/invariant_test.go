@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/troy-audit/troy/pkg/fixtures"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -16,14 +18,9 @@ import (
 	"github.com/troy-audit/troy/pkg/trace"
 )
 
-const fixtures = "../../../shared/fixtures"
-
 func readFixture(t *testing.T, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtures, rel))
-	if os.IsNotExist(err) {
-		t.Skip("shared fixtures not present")
-	}
+	b, err := os.ReadFile(fixtures.Path(t, "fixtures", rel))
 	require.NoError(t, err)
 	return b
 }

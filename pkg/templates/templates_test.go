@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/troy-audit/troy/pkg/fixtures"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,11 +115,7 @@ func TestMergeKeepsRuleIDsUnique(t *testing.T) {
 // agentInstructFalsePositives reports agent_safety's violations over the
 // AgentInstruct fixtures (195 benign bash-agent runs); the note quotes it.
 func TestAgentSafetyFalsePositivesOnAgentInstruct(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "shared", "fixtures", "agent-instruct", "agent_instruct_os.jsonl")
-	raw, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		t.Skip("shared fixtures not present")
-	}
+	raw, err := os.ReadFile(fixtures.Path(t, "fixtures", "agent-instruct", "agent_instruct_os.jsonl"))
 	require.NoError(t, err)
 	e := engineFor(t, "agent_safety")
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
