@@ -386,16 +386,20 @@ func ParseWith(b []byte, source string, resolve Resolver) (*File, error) {
 			probs = append(probs, err.Error())
 		}
 	}
+	// the checks beyond the schema run too, so every problem shows at once;
+	// a document the schema refused may not decode, and then only says so
 	var f File
-	if len(probs) == 0 {
-		nb, _ := json.Marshal(doc)
-		if err := json.Unmarshal(nb, &f); err != nil {
+	nb, _ := json.Marshal(doc)
+	if err := json.Unmarshal(nb, &f); err != nil {
+		if len(probs) == 0 {
 			probs = append(probs, err.Error())
 		}
+	} else {
 		probs = append(probs, f.check()...)
 	}
 	if len(probs) > 0 {
 		sort.Strings(probs)
+		probs = slices.Compact(probs)
 		return nil, &Error{Source: source, Problems: probs}
 	}
 	return &f, nil

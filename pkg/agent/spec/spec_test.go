@@ -71,10 +71,13 @@ colour: red
 	} {
 		assert.Contains(t, msg, want)
 	}
-	// Problems the schema cannot see are reported once the shape is right.
-	_, err = spec.Load(write(t, "b.yaml", "name: x\nllm: {provider: scripted}\ntools: [teleport]\n"), nil)
+	// Problems the schema cannot see come with the schema's, all at once
+	// (they used to wait until the schema's were fixed)
+	_, err = spec.Load(write(t, "b.yaml", "name: x\nllm: {provider: scripted}\ntools: [teleport]\nbudget: {max_iterations: -3}\nbogus: 1\n"), nil)
 	assert.ErrorContains(t, err, `tools[0]: "teleport" is not a built-in tool`)
 	assert.ErrorContains(t, err, "llm.script: the scripted provider needs")
+	assert.ErrorContains(t, err, "budget.max_iterations: minimum")
+	assert.ErrorContains(t, err, "bogus: unknown key")
 
 	t.Setenv("TROY_TEST_KEY", "sk-from-env")
 	f, err := spec.Load(write(t, "c.json", `{"name": "x", "llm": {"provider": "openai", "model": "m", "api_key": "${TROY_TEST_KEY}"}}`), nil)
