@@ -392,6 +392,9 @@ audited, 1 any input rejected (after every valid trace was audited), 2 --fail-on
 			if err := f.validate(); err != nil {
 				return codeError{exitError, err}
 			}
+			if fi, err := os.Stat(args[0]); err == nil && !fi.IsDir() {
+				return codeError{exitError, fmt.Errorf("%s is a file: audit-batch reads a folder of traces (troy audit %s POLICY audits one file)", args[0], args[0])}
+			}
 			batchMemoryLimit()
 			if outDir == "" {
 				outDir = defaultOutDir()

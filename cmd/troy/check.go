@@ -38,6 +38,9 @@ policy file whose exact version it has stored, and --session names the session
 whose allowed actions count as history. An unreachable guard blocks.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("timeout") && g.natsURL == "" {
+				return codeError{exitError, errors.New("--timeout bounds a check by a running troy's guard (with --nats-url); in process there is nothing to wait for")}
+			}
 			if ledgerURL != "" && g.natsURL != "" {
 				return codeError{exitError, errors.New("--ledger is for in-process checks: with --nats-url, the guard of troy serve records its decisions (its --ledger)")}
 			}

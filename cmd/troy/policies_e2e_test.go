@@ -235,6 +235,15 @@ func TestPolicyArgumentsAsANewcomerWritesThem(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "nor is it a bundled template: agent_safety")
 
+	r = troy(t, dir, "audit-batch", trace, "soc2")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "is a file: audit-batch reads a folder of traces (troy audit "+trace+" POLICY audits one file)")
+	r = troy(t, dir, "replay", traces)
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "is a folder: replay one audit in it")
+	r = troy(t, dir, "check", "soc2", "-a", "x", "--timeout", "1s")
+	assert.Equal(t, 1, r.code, "--timeout means nothing in process: said, not ignored")
+
 	r = troy(t, dir, "audit", policy, trace)
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "support_bot.json looks like a trace, not a policy: is the order of the arguments right? (troy audit TRACE POLICY)")

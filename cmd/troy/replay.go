@@ -46,6 +46,10 @@ terminal, prints the steps instead (with the difference when two policies
 are given).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if fi, err := os.Stat(args[0]); err == nil && fi.IsDir() {
+				hint := filepath.Join(args[0], "<trace_id>", "audit.json")
+				return codeError{exitError, fmt.Errorf("%s is a folder: replay one audit in it (%s), a trace file, or an agent run id", args[0], hint)}
+			}
 			data, err := os.ReadFile(args[0])
 			if errors.Is(err, fs.ErrNotExist) && agentrun.ValidID(args[0]) {
 				data, err = fetchRunAudit(cmd, g, args[0])
