@@ -34,13 +34,9 @@ func TestMCPProxyInFrontOfTheFilesystemServer(t *testing.T) {
 	require.NoError(t, os.MkdirAll(data, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(data, "notes.txt"), []byte("hello from the notes\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(data, "secret.env"), []byte("API_KEY=sk-live-123\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(`policy_id: mcp-files
-rules:
-  - rule_id: write-after-secret
-    description: a file is written after a secret file was read
-    severity: critical
-    condition: step.name == 'write_file' and any_prev({ matches(text(#.input), '[.]env') })
-`), 0o644))
+	// the README's example policy
+	policyFile, err := filepath.Abs("../../examples/policies/mcp_filesystem.yaml")
+	require.NoError(t, err)
 
 	natsURL, _ := startServe(t, dir) // the audit the proxy streams its sessions into
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -54,7 +50,7 @@ rules:
 		return cs
 	}
 	proxied := func() *mcp.ClientSession {
-		cmd := exec.CommandContext(ctx, troyBin, "mcp-proxy", "--policy", filepath.Join(dir, "p.yaml"), "--nats-url", natsURL, "--", node, server, data)
+		cmd := exec.CommandContext(ctx, troyBin, "mcp-proxy", "--policy", policyFile, "--nats-url", natsURL, "--", node, server, data)
 		cmd.Dir = dir
 		return connect(cmd)
 	}

@@ -212,7 +212,7 @@ func newPoliciesLintCmd() *cobra.Command {
 			if err != nil {
 				return codeError{exitError, err}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d rules, %s\n", args[0], len(e.Policy().Rules), e.Hash())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %s, %s\n", args[0], plural(len(e.Policy().Rules), "rule", "rules"), e.Hash())
 			return nil
 		},
 	}
