@@ -379,7 +379,8 @@ func submitAgent(ctx context.Context, st *stack, req agentrun.Request, con *cons
 		return out, err
 	}
 	if out.Error != "" {
-		return out, fmt.Errorf("%w: %s", agentrun.ErrBadRequest, out.Error)
+		// the runner's words already start "bad run request: …"
+		return out, fmt.Errorf("%w: %s", agentrun.ErrBadRequest, strings.TrimPrefix(out.Error, agentrun.ErrBadRequest.Error()+": "))
 	}
 	return out, nil
 }
