@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/troy-audit/troy/pkg/auditor"
+	"github.com/troy-audit/troy/pkg/natsembed"
 	"github.com/troy-audit/troy/pkg/policy"
 	"github.com/troy-audit/troy/pkg/report"
 	"github.com/troy-audit/troy/pkg/score"
@@ -32,6 +33,7 @@ import (
 type auditFlags struct {
 	failOn        string
 	window        int
+	oneShot       bool // troy audit: one trace, nothing to resume
 	timeout       time.Duration
 	maxTraceBytes int
 	maxSteps      int
@@ -241,7 +243,7 @@ func looksLikeTrace(pe *policy.Error) bool {
 func defaultOutDir() string { return filepath.Join("logs", time.Now().Format("2006-01-02")) }
 
 func newAuditCmd(g *globalFlags) *cobra.Command {
-	f := &auditFlags{window: 1}
+	f := &auditFlags{window: 1, oneShot: true}
 	var mdPath, jsonPath string
 	cmd := &cobra.Command{
 		Use:   "audit TRACE POLICY",
@@ -529,6 +531,17 @@ func runAudit(cmd *cobra.Command, g *globalFlags, f *auditFlags, total int,
 		}
 	}
 	st, err := startStack(ctx, cfg, log, prometheus.NewRegistry())
+	if errors.Is(err, natsembed.ErrStoreLocked) && f.oneShot && !cmd.Flags().Changed("data-dir") && os.Getenv("TROY_DATA_DIR") == "" {
+		// one trace needs no store to resume from: audits run side by side
+		// (xargs -P, parallel CI jobs) each get a throwaway one
+		tmp, terr := os.MkdirTemp("", "troy-audit-")
+		if terr != nil {
+			return auditResult{}, codeError{exitError, terr}
+		}
+		defer os.RemoveAll(tmp)
+		cfg.dataDir = tmp
+		st, err = startStack(ctx, cfg, log, prometheus.NewRegistry())
+	}
 	if err != nil {
 		return auditResult{}, codeError{exitError, err}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -272,4 +273,25 @@ func TestShellCompletionKnowsTemplatesAndRules(t *testing.T) {
 	r = troy(t, dir, "completion", "bash")
 	require.Equal(t, 0, r.code)
 	assert.Contains(t, r.stdout, "__start_troy")
+}
+
+// Audits of one trace run side by side (xargs -P): one that finds the
+// store in use takes a throwaway one; a batch, which resumes from its
+// store, says the store is in use.
+func TestOneTraceAuditsRunSideBySide(t *testing.T) {
+	traces, policy := examples(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, ".troy", "data")
+	require.NoError(t, os.MkdirAll(store, 0o755))
+	lock, err := os.OpenFile(filepath.Join(store, "troy.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	defer lock.Close()
+	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)) // another troy holds it
+
+	r := troyEnv(t, dir, []string{"TROY_DATA_DIR="}, "audit", filepath.Join(traces, "support_bot.json"), policy, "-o", "a/r.md")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, filepath.Join(dir, "a", "audit.json"))
+	r = troyEnv(t, dir, []string{"TROY_DATA_DIR="}, "audit-batch", traces, policy, "--out-dir", "b")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "store directory in use: another troy process is using .troy/data")
 }
