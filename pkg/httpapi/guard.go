@@ -33,9 +33,9 @@ func Guard(g guard.Guard) http.Handler {
 		d, err := g.Check(r.Context(), req)
 		switch {
 		case errors.Is(err, guard.ErrBadRequest):
-			writeJSON(w, http.StatusBadRequest, Problem{Error: err.Error()})
+			writeJSON(w, http.StatusBadRequest, refusal{Decision: guard.Block, Error: err.Error()})
 		case errors.Is(err, policystore.ErrNotFound) || errors.Is(err, policy.ErrInvalid):
-			writeJSON(w, http.StatusUnprocessableEntity, Problem{Error: err.Error()})
+			writeJSON(w, http.StatusUnprocessableEntity, refusal{Decision: guard.Block, Error: err.Error()})
 		default:
 			// the decision, also when the guard failed closed (block, with
 			// the reason): a guard answered, so a FailOpen client must not
@@ -43,4 +43,12 @@ func Guard(g guard.Guard) http.Handler {
 			writeJSON(w, http.StatusOK, d)
 		}
 	})
+}
+
+// refusal is a check that could not be made as asked: the action is
+// blocked (the status says why it was not judged), so a reader of the body
+// alone never takes it for an allow.
+type refusal struct {
+	Decision string `json:"decision"`
+	Error    string `json:"error"`
 }
