@@ -92,9 +92,12 @@ stdout is the protocol.
 					audit.Observe(c)
 					if len(c.Decision.Violations) > 0 || c.Decision.Decision == guard.Block {
 						ev := log.Warn().Str("session", c.Session).Str("client", c.Client).Str("tool", c.Tool).Str("decision", c.Decision.Decision)
+						// rule ids are values, not keys: log readers can filter on them
+						rules := make([]string, 0, len(c.Decision.Violations))
 						for _, v := range c.Decision.Violations {
-							ev = ev.Str("rule_"+v.RuleID, v.Severity)
+							rules = append(rules, v.RuleID+" ("+v.Severity+")")
 						}
+						ev = ev.Strs("rules", rules)
 						if monitor {
 							ev.Msg("mcp call would be blocked (monitor)")
 						} else {
