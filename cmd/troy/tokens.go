@@ -21,8 +21,9 @@ func newTokensCmd() *cobra.Command {
 		Long: `Make a bearer token for troy serve's HTTP API. Only its SHA-256 is kept, in
 FILE (made 0600); the token is printed once, as the last line of stdout: store it
 where the client reads it. Scopes: ingest (send traces and steps), guard (ask
-the guard), read (/metrics), approve (decide approvals), admin (all). Restart
-troy serve to take a new token in. Revoke one by deleting its line.`,
+the guard), read (/metrics), approve (decide approvals), admin (all). A
+running troy serve follows the file: a token added or removed counts within a
+second. Revoke one with troy tokens remove NAME.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(scopes) == 0 {
@@ -56,9 +57,25 @@ troy serve to take a new token in. Revoke one by deleting its line.`,
 			return nil
 		},
 	}
-	for _, c := range []*cobra.Command{add, list} {
+	remove := &cobra.Command{
+		Use:   "remove NAME [--file FILE]",
+		Short: "Revoke a token: a running troy serve stops taking it within a second",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			left, err := httpauth.Remove(file, args[0])
+			if err != nil {
+				return codeError{exitError, err}
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "token %q removed from %s\n", args[0], file)
+			if left == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "troy: that was the last token: troy serve now refuses every client (fail closed) until one is added")
+			}
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{add, list, remove} {
 		c.Flags().StringVar(&file, "file", envOr("TROY_HTTP_TOKENS", defaultTokensFile), "the tokens file (env TROY_HTTP_TOKENS)")
 	}
-	cmd.AddCommand(add, list)
+	cmd.AddCommand(add, list, remove)
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -223,6 +224,52 @@ func Append(path, name string, scopes []string) (string, error) {
 		return "", err
 	}
 	return secret, f.Close()
+}
+
+// Remove revokes a token: its line leaves the tokens file (rewritten
+// whole, 0600), and a troy serve following the file stops taking it within
+// a second. It returns how many tokens are left.
+func Remove(path, name string) (int, error) {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var keep []string
+	found, left := false, 0
+	for _, l := range strings.Split(strings.TrimRight(string(old), "\n"), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == name {
+			found = true
+			continue
+		}
+		if f := strings.Fields(l); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+			left++
+		}
+		keep = append(keep, l)
+	}
+	if !found {
+		return 0, fmt.Errorf("%s has no token named %q (troy tokens list shows them)", path, name)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tokens-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name())
+	body := strings.Join(keep, "\n")
+	if body != "" {
+		body += "\n"
+	}
+	if _, err := tmp.WriteString(body); err != nil {
+		tmp.Close()
+		return 0, err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return 0, err
+	}
+	if err := tmp.Close(); err != nil {
+		return 0, err
+	}
+	return left, os.Rename(tmp.Name(), path)
 }
 
 // CookieName carries a token for the web console, whose live feed

@@ -125,3 +125,24 @@ func TestTokensFollowTheirFile(t *testing.T) {
 		assert.Contains(c, body, "tokens file cannot be used")
 	}, 5*time.Second, 100*time.Millisecond)
 }
+
+// troy tokens remove: the line goes, the others stay, the file stays 0600.
+func TestRemoveRevokesOneToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	_, err := httpauth.Append(path, "ci", []string{"ingest"})
+	require.NoError(t, err)
+	_, err = httpauth.Append(path, "ops", []string{"approve"})
+	require.NoError(t, err)
+	left, err := httpauth.Remove(path, "ci")
+	require.NoError(t, err)
+	assert.Equal(t, 1, left)
+	ts, err := httpauth.Load(path)
+	require.NoError(t, err)
+	require.Len(t, ts.Names(), 1)
+	assert.Equal(t, "ops", ts.Names()[0].Name)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	_, err = httpauth.Remove(path, "ci")
+	assert.ErrorContains(t, err, `has no token named "ci"`)
+}
