@@ -194,7 +194,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		{"troy.trace.r1", []string{"graph"}, "malformed canonical trace", []byte(`not json`), nil},
 		{"troy.trace.r1", []string{"graph"}, "carries no trace", []byte(`{"trace_id": "t"}`), nil},
 		{"troy.graph.r1", []string{"evaluator", "explainer"}, "malformed", []byte(`[1,2]`), nil},
-		{"troy.graph.r1", []string{"evaluator"}, "not in bucket", validGraph, nats.Header{bus.HeaderPolicy: {"sha256:0000"}}},
+		{"troy.graph.r1", []string{"evaluator"}, "has no policy version sha256:0000", validGraph, nats.Header{bus.HeaderPolicy: {"sha256:0000"}}},
 		{"troy.eval.r1", []string{"scorer"}, "without trace_id", []byte(`{}`), nil},
 		{"troy.score.r1", []string{"reporter"}, "malformed", []byte(`{"trace_id": 5}`), nil},
 		{"troy.explain.r1", []string{"reporter"}, "carries no trace", []byte(`{}`), nil},
