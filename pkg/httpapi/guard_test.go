@@ -30,7 +30,7 @@ func TestGuardRefusalsSayBlock(t *testing.T) {
 	ts := httptest.NewServer(Guard(&guard.Local{Policies: noPolicies{}}))
 	defer ts.Close()
 	for body, status := range map[string]int{
-		`{"policy": "nope", "action": {"name": "bash"}}`: http.StatusUnprocessableEntity,
+		`{"policy": "nope", "action": {"name": "bash"}}`:   http.StatusUnprocessableEntity,
 		`{"mode": "sideways", "action": {"name": "bash"}}`: http.StatusBadRequest,
 	} {
 		resp, err := http.Post(ts.URL, "application/json", strings.NewReader(body))
