@@ -164,6 +164,25 @@ func newAgentResumeCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// resumable checks on the bus that a session exists and can go on.
+func resumable(ctx context.Context, st *stack, id string) error {
+	sessions, err := agentrun.OpenSessions(ctx, st.js)
+	if err != nil {
+		return err
+	}
+	s, err := sessions.Load(ctx, id)
+	if errors.Is(err, agent.ErrSessionNotFound) {
+		return fmt.Errorf("no session %s (troy agent list shows them)", id)
+	}
+	if err != nil {
+		return err
+	}
+	if !s.Status.Resumable() {
+		return fmt.Errorf("session %s ended %s: only running, cancelled, exhausted or failed sessions can be resumed", id, s.Status)
+	}
+	return nil
+}
+
 // readGoal takes the goal from the argument, a file, or stdin.
 func readGoal(cmd *cobra.Command, args []string, goalFile string) (string, error) {
 	var goal string
@@ -223,6 +242,13 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 			log.Warn().Err(err).Msg("shutdown")
 		}
 	}()
+	if remote && req.Resume {
+		// said here, before a run id is printed and a request queued that
+		// the runner could only refuse
+		if err := resumable(base, st, req.SessionID); err != nil {
+			return codeError{agentUsage, err}
+		}
+	}
 	stderr := cmd.ErrOrStderr()
 	con := &console{w: stderr, out: stderr}
 	if f.quiet {

@@ -257,6 +257,7 @@ func TestAgentRunOnAServer(t *testing.T) {
 	assert.Contains(t, r.stdout, "[complete] done")
 	assert.Contains(t, r.stderr, "[1] plan: submit for step s2", "the console follows the events on the bus")
 	run := strings.TrimPrefix(strings.Fields(r.stdout[strings.Index(r.stdout, "run="):])[0], "run=")
+	session := strings.TrimPrefix(strings.Fields(r.stdout[strings.Index(r.stdout, "session="):])[0], "session=")
 
 	r = troy(t, dir, "agent", "show", run, "--follow", "--nats-url", natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
@@ -264,6 +265,11 @@ func TestAgentRunOnAServer(t *testing.T) {
 	r = troy(t, dir, "agent", "list", "--nats-url", natsURL)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, run)
+	// a finished session is refused before anything is queued
+	r = troy(t, dir, "agent", "resume", session, "--nats-url", natsURL)
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "session "+session+" ended complete: only running, cancelled, exhausted or failed sessions can be resumed")
+	assert.NotContains(t, r.stderr, "troy: run ", "no run was started")
 	// an audited run, replayed by its id from the bus
 	_, policy := examples(t)
 	raw, err := os.ReadFile(cfg)
