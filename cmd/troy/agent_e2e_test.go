@@ -52,6 +52,11 @@ func TestAgentOfflineExample(t *testing.T) {
 	assert.Equal(t, "complete", list[0]["status"])
 	run, session := list[0]["run_id"].(string), list[0]["session_id"].(string)
 
+	// the run's audit, replayed by its id from the store the run left
+	r = troy(t, dir, "replay", run, "--no-interactive")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "trace "+run+" · agent data-analyst")
+
 	r = troy(t, dir, "agent", "show", run)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "# Run `"+run+"`")

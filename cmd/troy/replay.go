@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/troy-audit/troy/pkg/agentrun"
-	"github.com/troy-audit/troy/pkg/bus"
 	"github.com/troy-audit/troy/pkg/execgraph"
 	"github.com/troy-audit/troy/pkg/explain"
 	"github.com/troy-audit/troy/pkg/policy"
@@ -142,22 +141,23 @@ func replayInput(path string, data []byte, policyPath, comparePath string) (*rep
 
 // fetchRunAudit fetches an agent run's audit from the bus, as audit.json.
 func fetchRunAudit(cmd *cobra.Command, g *globalFlags, runID string) ([]byte, error) {
-	nc, err := connectServer(g, "troy-replay")
+	var out []byte
+	// where agent runs leave their audits: a running troy, or the store
+	// troy agent run keeps (see withBus)
+	err := withBus(cmd, g, func(ctx context.Context, st *stack) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		rep, err := agentrun.FindReport(ctx, st.js, runID)
+		if err != nil {
+			return err
+		}
+		out, err = report.MarshalAudit(rep.Audit)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a file, and as a run id: %w", runID, err)
 	}
-	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-	defer cancel()
-	rep, err := agentrun.FindReport(ctx, js, runID)
-	if err != nil {
-		return nil, fmt.Errorf("%s is not a file, and as a run id: %w", runID, err)
-	}
-	return report.MarshalAudit(rep.Audit)
+	return out, nil
 }
 
 func ruleDescriptions(p *policy.Policy) map[string]string {

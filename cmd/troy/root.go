@@ -208,9 +208,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 // natsCommands are the commands that reach NATS; true: they may also run
 // on (or read) the embedded server's store in --data-dir.
 var natsCommands = map[string]bool{
-	"audit": true, "audit-batch": true, "serve": true, "agent": true,
+	"audit": true, "audit-batch": true, "serve": true, "agent": true, "replay": true,
 	"ledger show": true, "ledger verify": true, "ledger list": true, "ledger proof": true, "ledger checkpoint": true,
-	"check": false, "policies push": false, "replay": false, "mcp-proxy": false, "violations": false,
+	"check": false, "policies push": false, "mcp-proxy": false, "violations": false,
 	"approvals": false, "provision": false,
 }
 
