@@ -93,6 +93,7 @@ func TestEncodedPoliciesReadBackTheSame(t *testing.T) {
 		{RuleID: "a", Condition: "`^x` matches step.name", Severity: "low"},
 		{RuleID: "b: c", Condition: "step.name == 'a: b' or step.name == '# not a comment'", Severity: "high", Controls: []string{"SOC 2 CC6.1"}},
 		{RuleID: "c", Condition: "step.name in ['yes', 'no', 'null', '007']\nand true", Severity: "medium", Description: "- looks like a list"},
+		{RuleID: "on", Condition: "true", Description: "yes", Controls: []string{"Yes", "N", "off", "~", "null", "0x1F"}},
 	}}
 	raw, err := json.Marshal(tricky)
 	require.NoError(t, err)

@@ -113,13 +113,24 @@ func encodePolicy(path string, p *policy.Policy) ([]byte, error) {
 	if err := enc.Encode(&doc); err != nil {
 		return nil, err
 	}
-	return b.Bytes(), enc.Close()
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	// what is written must read back as the same policy
+	back, err := policy.Parse(b.Bytes())
+	if err != nil || back.Hash() != p.Hash() {
+		return nil, fmt.Errorf("the policy does not survive being written as YAML (%v): write it as JSON (-o FILE.json)", err)
+	}
+	return b.Bytes(), nil
 }
 
 // blockStyle turns JSON's flow style into YAML's block style, and strings
 // back to plain (or quoted only where YAML needs it).
 func blockStyle(n *yamlv3.Node) {
 	n.Style &^= yamlv3.FlowStyle | yamlv3.DoubleQuotedStyle
+	if policy.YAML11Bool(n) { // yes, on, n…: text to YAML 1.2, a boolean to troy's reader
+		n.Style = yamlv3.DoubleQuotedStyle
+	}
 	for _, c := range n.Content {
 		blockStyle(c)
 	}

@@ -194,6 +194,9 @@ func compileOptions(metered bool, patternErrs *[]error) []expr.Option {
 		expr.AsBool(),
 		expr.DisableBuiltin("get"),
 		expr.Function("get", get, new(func(any, string) any), new(func(any, string, any) any)),
+		// Python's semantics, for policies translated from troy's predecessor
+		expr.Function("py_in", pyIn, new(func(any, any) bool)),
+		expr.Function("py_str", pyStr, new(func(any) string)),
 		expr.DisableBuiltin("repeat"),
 		expr.DisableBuiltin("replace"),
 		expr.DisableBuiltin("join"),

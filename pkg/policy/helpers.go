@@ -3,6 +3,8 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -439,4 +441,104 @@ func jsonHelper(params ...any) (any, error) {
 		return out, nil
 	}
 	return nil, nil
+}
+
+// py_in(container, item) is Python's `item in container`, for the policies
+// of troy's predecessor (troy policies import writes it): a substring of a
+// string, an element of a list, a key of a mapping. A container Python
+// would refuse (None, a number) is an error, as it was there.
+func pyIn(params ...any) (any, error) {
+	if len(params) != 2 {
+		return nil, fmt.Errorf("py_in takes 2 arguments (container, item), got %d", len(params))
+	}
+	switch c := params[0].(type) {
+	case string:
+		s, ok := params[1].(string)
+		if !ok {
+			return nil, fmt.Errorf("py_in: `x in <text>` needs text on the left, not %s", typeName(params[1]))
+		}
+		return strings.Contains(c, s), nil
+	case []any:
+		for _, e := range c {
+			if looseEqual(e, params[1]) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case map[string]any:
+		k, ok := params[1].(string)
+		if !ok {
+			return false, nil
+		}
+		_, has := c[k]
+		return has, nil
+	}
+	return nil, fmt.Errorf("py_in: `x in y` needs text, a list or a mapping on the right, not %s", typeName(params[0]))
+}
+
+// looseEqual compares as Python does across int and float.
+func looseEqual(a, b any) bool {
+	if x, ok := number(a); ok {
+		y, ok := number(b)
+		return ok && x == y
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
+
+// py_str(x) is Python's str() for the values a trace holds: None, True and
+// False spelled as Python does, whole numbers without a decimal point (a
+// JSON integer is an int there).
+func pyStr(params ...any) (any, error) {
+	if len(params) != 1 {
+		return nil, fmt.Errorf("py_str takes 1 argument, got %d", len(params))
+	}
+	switch v := params[0].(type) {
+	case nil:
+		return "None", nil
+	case bool:
+		if v {
+			return "True", nil
+		}
+		return "False", nil
+	case string:
+		return v, nil
+	case int:
+		return strconv.Itoa(v), nil
+	case float64:
+		if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+			return strconv.FormatInt(int64(v), 10), nil
+		}
+		return strconv.FormatFloat(v, 'g', -1, 64), nil
+	}
+	return nil, fmt.Errorf("py_str of %s is not supported (Python's repr of lists and dicts differs from JSON)", typeName(params[0]))
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "None"
+	case string:
+		return "text"
+	case bool:
+		return "a boolean"
+	case int, int64, float64:
+		return "a number"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	}
+	return fmt.Sprintf("%T", v)
 }

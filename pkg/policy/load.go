@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
+	"strings"
+	"unicode"
 )
 
 // Loaded is a compiled policy and what was done to read it.
@@ -47,24 +48,29 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 	if errors.As(err, &pe) {
 		for _, pr := range pe.Problems {
 			i := pr.rule - 1
-			if i < 0 || i >= len(p.Rules) || p.Rules[i].Condition == "" {
+			if i < 0 || i >= len(p.Rules) || strings.TrimSpace(p.Rules[i].Condition) == "" {
 				continue
 			}
 			r := p.Rules[i]
-			if !looksPython.MatchString(r.Condition) {
+			if !looksPython(r.Condition) {
 				probs = append(probs, pr)
 				continue
 			}
 			py, perr := FromPython(r.Condition)
 			if perr == nil {
 				r.Condition = py
-				if _, cerr := CompileWith(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}, o); cerr == nil {
+				cerr := error(nil)
+				if _, cerr = CompileWith(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}, o); cerr == nil {
 					p.Rules[i].Condition = py
 					translated = append(translated, r.RuleID)
 					continue
 				}
-			}
-			if perr != nil {
+				var ce *Error
+				if errors.As(cerr, &ce) && len(ce.Problems) > 0 {
+					cerr = errors.New(ce.Problems[0].Message)
+				}
+				pr.Message += "\n   (read as the original tool's Python it translates to " + py + ", which fails: " + cerr.Error() + ")"
+			} else {
 				pr.Message += "\n   (read as the original tool's Python it does not translate either: " + perr.Error() + ")"
 			}
 			probs = append(probs, pr)
@@ -85,5 +91,30 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 	return &Loaded{Engine: e, Translated: translated}, nil
 }
 
-// looksPython spots the constructs only the original tool's conditions use.
-var looksPython = regexp.MustCompile(`\blambda\b|\bis (not )?(None|True|False)\b|\bNone\b|\bTrue\b|\bFalse\b|\.get\(|json\.dumps|\br'`)
+// looksPython spots the constructs only the original tool's conditions
+// use, in its tokens (not inside string literals): lambda, None, True,
+// False, is, x.get(…), json.dumps, r'…'.
+func looksPython(cond string) bool {
+	toks, err := pyLex(cond)
+	if err != nil {
+		return false
+	}
+	runes := []rune(cond)
+	for i, tok := range toks {
+		if tok.kind == "str" && tok.pos < len(runes) && unicode.IsLetter(runes[tok.pos]) {
+			return true // r'…', a raw string
+		}
+		if tok.kind != "name" {
+			continue
+		}
+		switch tok.text {
+		case "lambda", "None", "True", "False", "is":
+			return true
+		case "get", "dumps":
+			if i > 0 && toks[i-1].text == "." {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -51,6 +51,14 @@ rules:
 		assert.Contains(t, got[i], want[i])
 	}
 
+	// YAML 1.2's text that troy's YAML 1.1 reader takes for a boolean is
+	// named, with its line, instead of failing the decode with no line
+	_, err = ParseEngine([]byte("policy_id: p\nrules:\n  - rule_id: on\n    condition: 'true'\n    controls: [SOC2, NO]\n"), Options{})
+	require.ErrorAs(t, err, &pe)
+	require.Len(t, pe.Problems, 2, "%v", pe)
+	assert.Contains(t, pe.Problems[0].String(), `line 3: rule "on" rule_id: on reads as a boolean in YAML 1.1, which troy's reader follows: quote it ("on")`)
+	assert.Contains(t, pe.Problems[1].String(), `line 5: rule "on" controls: holds NO (line 5), which reads as a boolean in YAML 1.1: quote it ("NO")`)
+
 	// a single line of JSON gets no lines, and still every problem
 	_, err = ParseEngine([]byte(`{"policy_id": "p", "rules": [{"rule_id": 7, "condition": "step.x ==="}, {"rule_id": "b", "condition": false}]}`), Options{})
 	require.ErrorAs(t, err, &pe)
@@ -80,6 +88,16 @@ func TestParseEngineTranslatesTheOriginalToolsPolicies(t *testing.T) {
 	require.Len(t, pe.Problems, 2)
 	assert.Contains(t, pe.Problems[0].Message, "read as the original tool's Python it does not translate either: column 22: attribute access #.name")
 	assert.NotContains(t, pe.Problems[1].Message, "Python", "an expr mistake is not called Python")
+
+	// Python words inside a string literal do not make a condition Python;
+	// a translation that fails says what it translated to
+	_, err = ParseEngine([]byte(`{"policy_id": "p", "rules": [
+	  {"rule_id": "typo", "condition": "step.output.status == 'False' and step.x ==="},
+	  {"rule_id": "py", "condition": "len(5) == 1 and step['a'] is None"}]}`), Options{})
+	require.ErrorAs(t, err, &pe)
+	require.Len(t, pe.Problems, 2)
+	assert.NotContains(t, pe.Problems[0].Message, "Python")
+	assert.Contains(t, pe.Problems[1].Message, "read as the original tool's Python it translates to len(5) == 1 and step['a'] == nil, which fails:")
 
 }
 

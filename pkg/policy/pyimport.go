@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -175,25 +176,161 @@ type pyTranslator struct {
 	lambda string // the current lambda's parameter, rendered as #
 }
 
-// until translates tokens until a closing bracket or the end. Brackets opened on the way are consumed whole by one (group).
+// until translates tokens until a closing bracket or the end. Brackets
+// opened on the way are consumed whole by one (group).
 func (t *pyTranslator) until(closer string) ([]string, error) {
-	var out []string
-	for t.i < len(t.toks) {
-		tok := t.toks[t.i]
-		if tok.kind == "op" && (tok.text == ")" || tok.text == "]" || tok.text == "}") {
-			if closer == "" {
-				return nil, fmt.Errorf("column %d: unbalanced %q", tok.pos+1, tok.text)
-			}
-			return out, nil
+	out, err := t.expr(stopNone)
+	if err != nil {
+		return nil, err
+	}
+	if t.i < len(t.toks) {
+		if closer == "" {
+			tok := t.toks[t.i]
+			return nil, fmt.Errorf("column %d: unbalanced %q", tok.pos+1, tok.text)
 		}
-		s, err := t.one()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s...)
+		return out, nil
 	}
 	if closer != "" {
 		return nil, fmt.Errorf("missing %q", closer)
+	}
+	return out, nil
+}
+
+// Where an operand ends: Python's `not` takes everything up to the next
+// and/or; the right side of `in` up to the next comparison too.
+const (
+	stopNone = iota
+	stopBool
+	stopCompare
+)
+
+// enclosed says whether toks are one bracketed run opened by open: "(",
+// then whatever, then the ")" that closes it, last.
+func enclosed(toks []string, open string) bool {
+	if len(toks) < 2 || toks[0] != open {
+		return false
+	}
+	depth := 0
+	for i, tok := range toks {
+		switch {
+		case strings.HasSuffix(tok, "(") || strings.HasSuffix(tok, "[") || strings.HasSuffix(tok, "{"):
+			depth++
+		case tok == ")" || tok == "]" || tok == "}" || tok == "})":
+			depth--
+			if depth == 0 && i < len(toks)-1 {
+				return false
+			}
+		}
+	}
+	return depth == 0
+}
+
+func isCloser(tok pyTok) bool {
+	return tok.kind == "op" && (tok.text == ")" || tok.text == "]" || tok.text == "}")
+}
+
+func isComparison(tok pyTok) bool {
+	switch {
+	case tok.kind == "op":
+		switch tok.text {
+		case "==", "!=", "<", ">", "<=", ">=":
+			return true
+		}
+	case tok.kind == "name":
+		return tok.text == "in" || tok.text == "is"
+	}
+	return false
+}
+
+// expr translates up to a closing bracket, the end, or what stop says.
+// Python's precedence differs from expr's in two places, handled here:
+// `not` binds looser than comparisons (not a == b is not (a == b)), and
+// `a in b` is a substring test on strings (py_in(b, a)).
+func (t *pyTranslator) expr(stop int) ([]string, error) {
+	var out []string
+	start := 0 // where the current comparison's operand starts in out
+	for t.i < len(t.toks) {
+		tok := t.toks[t.i]
+		notIn := tok.kind == "name" && tok.text == "not" && len(out) > start && t.peek(1).text == "in"
+		switch {
+		case isCloser(tok):
+			return out, nil
+		case tok.kind == "name" && (tok.text == "and" || tok.text == "or"):
+			if stop != stopNone {
+				return out, nil
+			}
+			t.i++
+			out = append(out, tok.text)
+			start = len(out)
+		case stop == stopCompare && (isComparison(tok) || notIn):
+			return out, nil
+		case tok.kind == "op" && tok.text == ",":
+			if stop != stopNone {
+				return out, nil
+			}
+			t.i++
+			out = append(out, ",")
+			start = len(out)
+		case tok.kind == "name" && tok.text == "in" || notIn:
+			left := slices.Clone(out[start:])
+			if len(left) == 0 {
+				return nil, fmt.Errorf("column %d: `in` needs a value on its left", tok.pos+1)
+			}
+			t.i++
+			if notIn {
+				t.i++
+			}
+			right, err := t.expr(stopCompare)
+			if err != nil {
+				return nil, err
+			}
+			if len(right) == 0 {
+				return nil, fmt.Errorf("column %d: `in` needs a value on its right", tok.pos+1)
+			}
+			out = out[:start]
+			switch {
+			case enclosed(right, "["): // a list literal: expr's own `in` means the same
+				op := []string{"in"}
+				if notIn {
+					op = []string{"not", "in"}
+				}
+				out = append(append(append(out, left...), op...), right...)
+			default:
+				if notIn {
+					out = append(out, "not")
+				}
+				out = append(append(append(append(out, "py_in("), right...), ","), left...)
+				out = append(out, ")")
+			}
+		case tok.kind == "name" && tok.text == "not":
+			t.i++
+			operand, err := t.expr(stopBool)
+			if err != nil {
+				return nil, err
+			}
+			if len(operand) == 0 {
+				return nil, fmt.Errorf("column %d: `not` needs a value", tok.pos+1)
+			}
+			if enclosed(operand, "(") {
+				out = append(append(out, "not"), operand...)
+			} else {
+				out = append(append(append(out, "not", "("), operand...), ")")
+			}
+		case isComparison(tok) && tok.text != "in":
+			s, err := t.one() // == … or is [not] None/True/False
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s[0])
+			start = len(out)
+			out = append(out, s[1:]...)
+		default:
+			s, err := t.one()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s...)
+		}
 	}
 	return out, nil
 }
@@ -243,8 +380,7 @@ func (t *pyTranslator) one() ([]string, error) {
 		t.i++
 		return []string{"nil"}, nil
 	case "and", "or", "not", "in":
-		t.i++
-		return []string{tok.text}, nil
+		return nil, fmt.Errorf("column %d: %q needs a value before it", tok.pos+1, tok.text)
 	case "is":
 		return t.isTest()
 	case "lambda":
@@ -252,7 +388,7 @@ func (t *pyTranslator) one() ([]string, error) {
 	case "str":
 		if next.text == "(" {
 			t.i++
-			return []string{"string"}, nil
+			return []string{"py_str"}, nil // None → 'None', True → 'True', as Python
 		}
 	case "json":
 		if next.text == "." && t.peek(2).text == "dumps" && t.peek(3).text == "(" {
@@ -394,7 +530,7 @@ func ImportPython(data []byte) (*Policy, []Problem) {
 		return nil, []Problem{{Message: err.Error()}}
 	}
 	var probs []Problem
-	out := &Policy{PolicyID: p.PolicyID, Description: p.Description}
+	out := &Policy{PolicyID: p.PolicyID, Description: p.Description, OnError: p.OnError}
 	for _, r := range p.Rules {
 		cond, err := FromPython(r.Condition)
 		if err != nil {

@@ -20,7 +20,7 @@ func TestFromPython(t *testing.T) {
 		"matches(json.dumps(step.get('input', {})), r'ignore (all )?previous|run\\s+as admin')":                                                                 "matches(text(get(step, 'input', {})), `ignore (all )?previous|run\\s+as admin`)",
 		"get(step, 'metadata.requires_approval') is True and get(step, 'metadata.approval_token') is None":                                                      "get(step, 'metadata.requires_approval') == true and get(step, 'metadata.approval_token') == nil",
 		"step['type'] != 'llm_call' and not (step.get('name') is not None)":                                                                                     "step['type'] != 'llm_call' and not (get(step, 'name') != nil)",
-		"step_index == 0 and len(prev_steps) == 0 and str(step_index) in ['0', '1']":                                                                            "step_index == 0 and len(prev_steps) == 0 and string(step_index) in ['0', '1']",
+		"step_index == 0 and len(prev_steps) == 0 and str(step_index) in ['0', '1']":                                                                            "step_index == 0 and len(prev_steps) == 0 and py_str(step_index) in ['0', '1']",
 		`matches(step['description'], "it's")`:                                                                                                                  `matches(step['description'], 'it\'s')`,
 	}
 	for py, want := range cases {
@@ -131,4 +131,47 @@ func TestFromPythonChainsGet(t *testing.T) {
 	require.Empty(t, res.RuleErrors)
 	require.Len(t, res.Violations, 1)
 	assert.Equal(t, "a", res.Violations[0].StepID)
+}
+
+// What the translation means is what Python meant (a review found these
+// compiled but meant something else): `not` binds looser than a
+// comparison, `in` on text is a substring test, str(None) is 'None'.
+func TestFromPythonKeepsPythonsMeaning(t *testing.T) {
+	tr, err := trace.Parse([]byte(`{"trace_id": "t", "agent_name": "a", "steps": [
+	  {"step_id": "s", "type": "tool_call", "name": "bash", "input": {"cmd": "rm -rf /"}, "metadata": {"approved": true, "n": 3}}]}`), trace.DefaultLimits())
+	require.NoError(t, err)
+	for _, py := range []string{
+		"not step.get('metadata', {}).get('approved') is None",
+		"not step['type'] == 'llm_call'",
+		"not not step['type'] == 'tool_call'",
+		"'rm -rf' in step.get('input', {}).get('cmd', '')",
+		"'cmd' in step['input'] and 'x' not in step['input']",
+		"step['type'] in ['tool_call', 'x'] and 'llm_call' not in ['a', step['type']]",
+		"str(step.get('metadata', {}).get('approved')) == 'True' and str(get(step, 'metadata.missing')) == 'None'",
+		"str(get(step, 'metadata.n')) == '3' and 3 in [1, 2, get(step, 'metadata.n')]",
+		"any_step(lambda s: not s['name'] == 'other' and 'rf' in s['input']['cmd'])",
+		"len([1, 2]) == 2 and not (step['name'] == 'x' or step['name'] == 'y')",
+	} {
+		cond, err := FromPython(py)
+		require.NoError(t, err, py)
+		e, err := Compile(&Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: cond, Severity: "low"}}})
+		require.NoError(t, err, "%s → %s", py, cond)
+		res := e.Evaluate(tr)
+		assert.Empty(t, res.RuleErrors, "%s → %s", py, cond)
+		assert.Len(t, res.Violations, 1, "%s → %s: true in Python", py, cond)
+	}
+	// and false where Python says false
+	for _, py := range []string{
+		"not step['type'] == 'tool_call'",
+		"'rm -rf x' in get(step, 'input.cmd')",
+		"str(get(step, 'metadata.approved')) == 'true'",
+	} {
+		cond, err := FromPython(py)
+		require.NoError(t, err, py)
+		e, err := Compile(&Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: cond, Severity: "low"}}})
+		require.NoError(t, err, "%s → %s", py, cond)
+		res := e.Evaluate(tr)
+		assert.Empty(t, res.RuleErrors, "%s → %s", py, cond)
+		assert.Empty(t, res.Violations, "%s → %s: false in Python", py, cond)
+	}
 }

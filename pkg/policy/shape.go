@@ -76,7 +76,7 @@ func checkShape(data []byte) ([]Problem, *lines, []byte, error) {
 	}
 	var probs []Problem
 	pos := &lines{}
-	keep := fieldsOf(root, policyFields, -1, "", &probs, func(key string, v *yaml.Node) bool {
+	keep := fieldsOf(root, policyFields, -1, -1, "", &probs, func(key string, v *yaml.Node) bool {
 		if key != "rules" {
 			return true
 		}
@@ -84,7 +84,7 @@ func checkShape(data []byte) ([]Problem, *lines, []byte, error) {
 			if v.Tag == "!!null" {
 				return true
 			}
-			probs = append(probs, Problem{Field: "rules", FileLine: v.Line, Message: fmt.Sprintf("is %s, not a list of rules (- rule_id: …)", describe(v))})
+			probs = append(probs, Problem{Field: "rules", field: "rules", FileLine: v.Line, Message: fmt.Sprintf("is %s, not a list of rules (- rule_id: …)", describe(v))})
 			return false
 		}
 		var rules []*yaml.Node
@@ -98,7 +98,7 @@ func checkShape(data []byte) ([]Problem, *lines, []byte, error) {
 			literal := false
 			id := ruleIDOf(r)
 			idx := len(rules)
-			r.Content = fieldsOf(r, ruleFields, idx, id, &probs, func(key string, v *yaml.Node) bool {
+			r.Content = fieldsOf(r, ruleFields, idx, i, id, &probs, func(key string, v *yaml.Node) bool {
 				at[key] = v.Line
 				if key == "condition" {
 					literal = v.Style&yaml.LiteralStyle != 0
@@ -125,8 +125,9 @@ func checkShape(data []byte) ([]Problem, *lines, []byte, error) {
 
 // fieldsOf checks a mapping's keys and values against fields and returns
 // its content without the bad ones. each is called for every good field
-// and may refuse it. idx is the rule's index (-1 for the policy).
-func fieldsOf(m *yaml.Node, fields map[string]fieldKind, idx int, ruleID string, probs *[]Problem, each func(string, *yaml.Node) bool) []*yaml.Node {
+// and may refuse it. idx is the rule's index among the rules kept (-1 for
+// the policy), at its index in the file.
+func fieldsOf(m *yaml.Node, fields map[string]fieldKind, idx, at int, ruleID string, probs *[]Problem, each func(string, *yaml.Node) bool) []*yaml.Node {
 	var keep []*yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
@@ -137,9 +138,13 @@ func fieldsOf(m *yaml.Node, fields map[string]fieldKind, idx int, ruleID string,
 		if v.Kind == yaml.AliasNode && v.Alias != nil {
 			v = v.Alias
 		}
-		prob := Problem{RuleID: ruleID, Field: k.Value, FileLine: k.Line, rule: idx + 1, field: k.Value}
+		name := k.Value
+		if k.Kind != yaml.ScalarNode {
+			name = "(" + describe(k) + " as a key)"
+		}
+		prob := Problem{RuleID: ruleID, Field: name, FileLine: k.Line, rule: idx + 1, field: k.Value}
 		if idx >= 0 && ruleID == "" {
-			prob.Field = fmt.Sprintf("rules[%d].%s", idx, k.Value)
+			prob.Field = fmt.Sprintf("rules[%d].%s", at, name)
 		}
 		kind, known := fields[k.Value]
 		switch {
@@ -174,6 +179,9 @@ func fieldsOf(m *yaml.Node, fields map[string]fieldKind, idx int, ruleID string,
 func wrongKind(field string, kind fieldKind, v *yaml.Node) string {
 	switch kind {
 	case kindString:
+		if v.Kind == yaml.ScalarNode && YAML11Bool(v) {
+			return fmt.Sprintf("%s reads as a boolean in YAML 1.1, which troy's reader follows: quote it (\"%s\")", v.Value, v.Value)
+		}
 		if v.Kind == yaml.ScalarNode && v.Tag != "!!bool" && v.Tag != "!!int" && v.Tag != "!!float" {
 			return ""
 		}
@@ -194,8 +202,14 @@ func wrongKind(field string, kind fieldKind, v *yaml.Node) string {
 			return fmt.Sprintf("is %s, not a list of text (e.g. [SOC 2 CC6.1])", describe(v))
 		}
 		for _, e := range v.Content {
+			if e.Kind == yaml.AliasNode && e.Alias != nil {
+				e = e.Alias
+			}
 			if e.Kind != yaml.ScalarNode {
 				return fmt.Sprintf("holds %s (line %d), not text", describe(e), e.Line)
+			}
+			if YAML11Bool(e) {
+				return fmt.Sprintf("holds %s (line %d), which reads as a boolean in YAML 1.1: quote it (\"%s\")", e.Value, e.Line, e.Value)
 			}
 		}
 	}
@@ -241,4 +255,18 @@ func closest(s string, names []string) string {
 		}
 	}
 	return best
+}
+
+// YAML11Bool says whether a plain scalar that YAML 1.2 reads as text (yes,
+// no, on, off, y, n) is a boolean to a YAML 1.1 reader, as troy's policy
+// reader is: such text must be quoted.
+func YAML11Bool(v *yaml.Node) bool {
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" || v.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+		return false
+	}
+	switch v.Value {
+	case "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off", "OFF":
+		return true
+	}
+	return false
 }
