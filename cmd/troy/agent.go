@@ -28,6 +28,7 @@ import (
 	"github.com/troy-audit/troy/pkg/agent/spec"
 	"github.com/troy-audit/troy/pkg/agentrun"
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/natsembed"
 	"github.com/troy-audit/troy/pkg/ocsf"
 	"github.com/troy-audit/troy/pkg/report"
 )
@@ -227,6 +228,10 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 		return codeError{agentUsage, err}
 	}
 	remote := g.natsURL != ""
+	if req.Resume && !remote && !embeddedStoreAt(g.dataDir) {
+		// nothing to resume here, and no store to make for it
+		return codeError{agentUsage, fmt.Errorf("no session %s: there is no embedded store in %s (resume where the run ran, or give --data-dir, or --nats-url of the troy serve that ran it)", req.SessionID, g.dataDir)}
+	}
 	cfg := stackConfig{client: g.client("troy-agent"), dataDir: g.dataDir, noProvision: g.noProvision}
 	if !remote {
 		cfg.targets = append(componentNames(kindStage), "streamer")
@@ -657,6 +662,11 @@ func withBusOf(cmd *cobra.Command, g *globalFlags, storeOK bool, fn func(ctx con
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	st, err := startStack(ctx, stackConfig{client: client, dataDir: g.dataDir, noProvision: g.noProvision}, log, prometheus.NewRegistry())
+	if def := g.serverClient("troy-client"); errors.Is(err, natsembed.ErrStoreLocked) && listening(def.URL) {
+		// the store is a running troy serve's: ask it instead
+		fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s is in use by a running troy; reading the troy serve at %s\n", g.dataDir, def.URL)
+		st, err = startStack(ctx, stackConfig{client: def, noProvision: g.noProvision}, log, prometheus.NewRegistry())
+	}
 	if err != nil {
 		return codeError{agentNotDone, err}
 	}

@@ -81,7 +81,7 @@ func TestSpanTakesDaysAndWeeks(t *testing.T) {
 		require.NoError(t, s.Set(in), in)
 		assert.Equal(t, want, d, in)
 	}
-	for _, bad := range []string{"d", "xd", "1x", "-1d", "1d-"} {
+	for _, bad := range []string{"d", "xd", "1x", "-1d", "1d-", "1d-1h", "0d-5h", "999999999w", "-5h"} {
 		assert.ErrorContains(t, s.Set(bad), "write a duration such as 90m, 12h, 7d or 2w", bad)
 	}
 }

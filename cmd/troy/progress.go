@@ -90,7 +90,7 @@ func (s span) Set(v string) error {
 	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
 		if i := strings.Index(rest, unit.suffix); i >= 0 {
 			n, err := strconv.Atoi(rest[:i])
-			if err != nil || n < 0 {
+			if err != nil || n < 0 || n > 10000 { // 10,000 weeks is past any retention
 				return fmt.Errorf("%q: write a duration such as 90m, 12h, 7d or 2w", v)
 			}
 			total += time.Duration(n) * unit.size
@@ -99,10 +99,13 @@ func (s span) Set(v string) error {
 	}
 	if rest != "" {
 		d, err := time.ParseDuration(rest)
-		if err != nil {
+		if err != nil || strings.HasPrefix(rest, "-") {
 			return fmt.Errorf("%q: write a duration such as 90m, 12h, 7d or 2w", v)
 		}
 		total += d
+	}
+	if total < 0 {
+		return fmt.Errorf("%q: a duration back in time is positive", v)
 	}
 	*s.d = total
 	return nil

@@ -99,6 +99,10 @@ func (g *globalFlags) readerClient(cmd *cobra.Command, storeOK bool) (bus.Client
 	}
 	def := g.serverClient("troy-client")
 	if listening(def.URL) {
+		if hasStore {
+			// both are here: say which one answers
+			fmt.Fprintf(cmd.ErrOrStderr(), "troy: reading the troy serve at %s (the store in %s is read with --data-dir)\n", def.URL, g.dataDir)
+		}
 		return def, nil
 	}
 	if storeOK && hasStore {

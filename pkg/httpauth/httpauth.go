@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -227,9 +228,17 @@ func Append(path, name string, scopes []string) (string, error) {
 }
 
 // Remove revokes a token: its line leaves the tokens file (rewritten
-// whole, 0600), and a troy serve following the file stops taking it within
+// whole, keeping its mode and owner), and a troy serve following the file stops taking it within
 // a second. It returns how many tokens are left.
 func Remove(path, name string) (int, error) {
+	// the file a link points at is the one troy serve reads
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
@@ -262,9 +271,16 @@ func Remove(path, name string) (int, error) {
 		tmp.Close()
 		return 0, err
 	}
-	if err := tmp.Chmod(0o600); err != nil {
+	// the same mode and owner as before: troy serve may run as another user
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
 		tmp.Close()
 		return 0, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if err := tmp.Chown(int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, os.ErrPermission) {
+			tmp.Close()
+			return 0, err
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return 0, err

@@ -145,4 +145,23 @@ func TestRemoveRevokesOneToken(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 	_, err = httpauth.Remove(path, "ci")
 	assert.ErrorContains(t, err, `has no token named "ci"`)
+
+	// through a link, the file it points at keeps its mode (serve may run
+	// as a group member) and stays the file the link points at
+	require.NoError(t, os.Chmod(path, 0o640))
+	_, err = httpauth.Append(path, "ci", []string{"ingest"})
+	require.NoError(t, err)
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(path, link))
+	_, err = httpauth.Remove(link, "ci")
+	require.NoError(t, err)
+	fi, err = os.Lstat(link)
+	require.NoError(t, err)
+	assert.NotZero(t, fi.Mode()&os.ModeSymlink, "still a link")
+	fi, err = os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
+	ts, err = httpauth.Load(path)
+	require.NoError(t, err)
+	assert.Len(t, ts.Names(), 1)
 }
