@@ -217,6 +217,14 @@ func (s *Service) Handle(m *message.Message) ([]*message.Message, error) {
 		if string(claim) != stage {
 			return nil, nil // the other half reports
 		}
+	} else if _, err := bus.KVLeaderGet(ctx, s.deps.JS, JoinBucket, key+"."+stage); errors.Is(err, jetstream.ErrKeyNotFound) {
+		// A new claim, but this half is gone: the other half reported and
+		// purged the join between our read and our claim (the claim was
+		// purged too, so ours succeeded). Nothing to report; leave nothing.
+		if perr := s.join.Purge(ctx, key+".claim"); perr != nil {
+			s.deps.Log.Warn().Err(perr).Str("trace_id", traceID).Msg("reporter: purge a late claim")
+		}
+		return nil, nil
 	}
 	// The stored half was checked before it was stored; the explanation is
 	// decoded in full here, whichever half it is.
