@@ -59,6 +59,12 @@ rules:
 	assert.Contains(t, pe.Problems[0].String(), `line 3: rule "on" rule_id: on reads as a boolean in YAML 1.1, which troy's reader follows: quote it ("on")`)
 	assert.Contains(t, pe.Problems[1].String(), `line 5: rule "on" controls: holds NO (line 5), which reads as a boolean in YAML 1.1: quote it ("NO")`)
 
+	// a key given twice is named (YAML readers keep the last one silently)
+	_, err = ParseEngine([]byte("policy_id: p\nrules:\n  - rule_id: a\n    condition: 'true'\n    condition: step.type == 'x'\n"), Options{})
+	require.ErrorAs(t, err, &pe)
+	require.Len(t, pe.Problems, 1, "%v", pe)
+	assert.Equal(t, `line 5: rule "a" condition: given twice (lines 4 and 5): keep one`, pe.Problems[0].String())
+
 	// a single line of JSON gets no lines, and still every problem
 	_, err = ParseEngine([]byte(`{"policy_id": "p", "rules": [{"rule_id": 7, "condition": "step.x ==="}, {"rule_id": "b", "condition": false}]}`), Options{})
 	require.ErrorAs(t, err, &pe)

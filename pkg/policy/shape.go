@@ -89,6 +89,9 @@ func checkShape(data []byte) ([]Problem, *lines, []byte, error) {
 		}
 		var rules []*yaml.Node
 		for i, r := range v.Content {
+			if r.Kind == yaml.AliasNode && r.Alias != nil {
+				r = r.Alias // - *shared_rule
+			}
 			if r.Kind != yaml.MappingNode {
 				probs = append(probs, Problem{Field: fmt.Sprintf("rules[%d]", i), FileLine: r.Line, rule: len(rules) + 1,
 					Message: fmt.Sprintf("is %s, not a rule (rule_id:, condition:, severity: …)", describe(r))})
@@ -129,8 +132,16 @@ func checkShape(data []byte) ([]Problem, *lines, []byte, error) {
 // the policy), at its index in the file.
 func fieldsOf(m *yaml.Node, fields map[string]fieldKind, idx, at int, ruleID string, probs *[]Problem, each func(string, *yaml.Node) bool) []*yaml.Node {
 	var keep []*yaml.Node
+	seen := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
+		if first, dup := seen[k.Value]; dup && k.Kind == yaml.ScalarNode && k.Tag != "!!merge" {
+			// YAML readers keep the last silently; a policy should not
+			*probs = append(*probs, Problem{RuleID: ruleID, Field: k.Value, FileLine: k.Line, rule: idx + 1, field: k.Value,
+				Message: fmt.Sprintf("given twice (lines %d and %d): keep one", first, k.Line)})
+			continue
+		}
+		seen[k.Value] = k.Line
 		if k.Tag == "!!merge" { // <<: *shared — the YAML reader merges it
 			keep = append(keep, k, v)
 			continue
