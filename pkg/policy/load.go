@@ -1,10 +1,12 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -43,6 +45,25 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 		return nil, &Error{Problems: probs}
 	}
 	var translated []string
+	// The predecessor's policies are JSON. One whose conditions show its
+	// Python is read as Python throughout: a condition valid in both
+	// languages can mean different things ('rm' in cmd is a substring
+	// test in Python, an error in expr), and Python's meaning is meant.
+	isJSON := bytes.HasPrefix(bytes.TrimSpace(data), []byte("{"))
+	pyFile := isJSON && slices.ContainsFunc(p.Rules, func(r Rule) bool { return looksPython(r.Condition) })
+	if pyFile {
+		for i, r := range p.Rules {
+			py, err := FromPython(r.Condition)
+			if err != nil || py == r.Condition {
+				continue // not Python (expr closures, …) or the same either way
+			}
+			r.Condition = py
+			if _, err := CompileWith(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}, o); err == nil {
+				p.Rules[i].Condition = py
+				translated = append(translated, r.RuleID)
+			}
+		}
+	}
 	e, err := CompileWith(p, o)
 	var pe *Error
 	if errors.As(err, &pe) {
@@ -52,7 +73,9 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 				continue
 			}
 			r := p.Rules[i]
-			if !looksPython(r.Condition) {
+			// in a JSON file (the predecessor's format) any condition that
+			// is not expr may be its Python; in YAML, only one that shows it
+			if !isJSON && !looksPython(r.Condition) {
 				probs = append(probs, pr)
 				continue
 			}
@@ -70,7 +93,7 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 					cerr = errors.New(ce.Problems[0].Message)
 				}
 				pr.Message += "\n   (read as the original tool's Python it translates to " + py + ", which fails: " + cerr.Error() + ")"
-			} else {
+			} else if pyFile || looksPython(r.Condition) {
 				pr.Message += "\n   (read as the original tool's Python it does not translate either: " + perr.Error() + ")"
 			}
 			probs = append(probs, pr)

@@ -98,12 +98,33 @@ func TestParseEngineTranslatesTheOriginalToolsPolicies(t *testing.T) {
 	// Python words inside a string literal do not make a condition Python;
 	// a translation that fails says what it translated to
 	_, err = ParseEngine([]byte(`{"policy_id": "p", "rules": [
-	  {"rule_id": "typo", "condition": "step.output.status == 'False' and step.x ==="},
+	  {"rule_id": "typo", "condition": "step.output.status == 'False' and step.x ==="}]}`), Options{})
+	require.ErrorAs(t, err, &pe)
+	require.Len(t, pe.Problems, 1)
+	assert.NotContains(t, pe.Problems[0].Message, "Python")
+	_, err = ParseEngine([]byte(`{"policy_id": "p", "rules": [
 	  {"rule_id": "py", "condition": "len(5) == 1 and step['a'] is None"}]}`), Options{})
 	require.ErrorAs(t, err, &pe)
-	require.Len(t, pe.Problems, 2)
-	assert.NotContains(t, pe.Problems[0].Message, "Python")
-	assert.Contains(t, pe.Problems[1].Message, "read as the original tool's Python it translates to len(5) == 1 and step['a'] == nil, which fails:")
+	require.Len(t, pe.Problems, 1)
+	assert.Contains(t, pe.Problems[0].Message, "read as the original tool's Python it translates to len(5) == 1 and step['a'] == nil, which fails:")
+
+	// In the predecessor's files every condition is read as Python, also
+	// those valid in both languages, whose meanings differ ('rm' in cmd);
+	// and one that is Python but not expr, with nothing to show it, too.
+	l, err = ParseEngine([]byte(`{"policy_id": "old", "rules": [
+	  {"rule_id": "in", "condition": "'rm' in step['input']['cmd']"},
+	  {"rule_id": "not", "condition": "not step['type'] == 'llm_call'"},
+	  {"rule_id": "none", "condition": "step.get('x') is None"}]}`), Options{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"in", "not", "none"}, l.Translated)
+	r, _ = l.Policy().Rule("in")
+	assert.Equal(t, "py_in(step['input']['cmd'], 'rm')", r.Condition)
+	r, _ = l.Policy().Rule("not")
+	assert.Equal(t, "not (step['type'] == 'llm_call')", r.Condition)
+	l, err = ParseEngine([]byte(`{"policy_id": "old", "rules": [{"rule_id": "not", "condition": "not step['type'] == 'llm_call'"}]}`), Options{})
+	require.NoError(t, err, "Python, with nothing Python-only in it: translated because it is not expr")
+	r, _ = l.Policy().Rule("not")
+	assert.Equal(t, "not (step['type'] == 'llm_call')", r.Condition)
 
 }
 
