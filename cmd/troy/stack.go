@@ -90,6 +90,20 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 		s.closeConn()
 		return nil, err
 	}
+	if cfg.waitForServer {
+		// a service may start before its server: wait, and say so
+		for t := 0; !s.nc.IsConnected(); t++ {
+			if t%40 == 0 {
+				log.Warn().Str("nats", bus.RedactURL(cfg.client.URL)).Msg("nothing answers at the NATS URL yet; waiting for it (Ctrl-C stops)")
+			}
+			select {
+			case <-ctx.Done():
+				s.closeConn()
+				return nil, fmt.Errorf("nothing answered at %s: %w", bus.RedactURL(cfg.client.URL), ctx.Err())
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
 	if s.js, err = bus.JetStream(s.nc); err != nil {
 		s.closeConn()
 		return nil, err
@@ -108,7 +122,12 @@ func startStack(ctx context.Context, cfg stackConfig, log zerolog.Logger, reg pr
 			return nil, err
 		}
 	} else if err := bus.Provision(pctx, s.js, deps.Topology); err != nil {
+		// a request the user may not make gets no answer: say the refusal
+		rerr := bus.Refused(s.nc, err, "$JS.API.")
 		s.closeConn()
+		if bus.IsPermissionDenied(rerr) {
+			return nil, fmt.Errorf("provision: this NATS user may not create or change troy's streams (%v): run with --no-provision, after an operator's troy provision", rerr)
+		}
 		return nil, fmt.Errorf("%w (is JetStream enabled on the server? a user without the right to provision runs with --no-provision after an operator's troy provision)", err)
 	}
 	if cfg.policy != nil {

@@ -120,6 +120,12 @@ func Start(cfg Config) (*Server, error) {
 		host, port, _ := splitHostPort(cfg.Listen)
 		if port == 0 {
 			port = server.RANDOM_PORT // nats-server reads 0 as "the default, 4222"
+		} else if l, err := net.Listen("tcp", cfg.Listen); err != nil {
+			// said now: nats-server would only fail to become ready
+			lock.Close()
+			return nil, fmt.Errorf("embedded NATS: cannot listen on %s (%v): another troy serve or NATS server may hold it; give --nats-addr another address", cfg.Listen, err)
+		} else {
+			l.Close()
 		}
 		opts.Host, opts.Port = host, port
 	}

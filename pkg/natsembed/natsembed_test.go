@@ -1,12 +1,14 @@
 package natsembed_test
 
 import (
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/troy-audit/troy/pkg/natsembed"
 )
 
 // The libraries people embed (the guard SDK, the client side of the bus,
@@ -23,4 +25,16 @@ func TestLibrariesDoNotLinkTheServer(t *testing.T) {
 			assert.NotContains(t, dep, "nats-server", "%s links %s", pkg, dep)
 		}
 	}
+}
+
+// An address already taken is said at once, not after the server's 30 s
+// wait to become ready.
+func TestAddressInUseIsSaidAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), Listen: l.Addr().String()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cannot listen on "+l.Addr().String())
+	assert.Contains(t, err.Error(), "give --nats-addr another address")
 }
