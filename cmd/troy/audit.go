@@ -230,6 +230,17 @@ func loadPolicy(path string) (*policy.Engine, error) {
 	return l.Engine, nil
 }
 
+// intoFolder is path/name when path names a folder, else path.
+func intoFolder(path, name string) string {
+	if path == "" {
+		return path
+	}
+	if fi, err := os.Stat(path); (err == nil && fi.IsDir()) || strings.HasSuffix(path, string(filepath.Separator)) {
+		return filepath.Join(path, name)
+	}
+	return path
+}
+
 // looksLikeTrace: a "policy" whose unknown fields are a trace's.
 func looksLikeTrace(pe *policy.Error) bool {
 	for _, p := range pe.Problems {
@@ -259,6 +270,9 @@ Writes the markdown report and audit.json (default logs/<date>/<trace_id>/). Exi
 			}
 			// by default each trace gets its own folder, logs/<date>/<trace_id>/,
 			// as in a batch: a second audit the same day does not overwrite the first
+			// a folder (existing, or written with a trailing /) takes the file
+			// its usual name
+			mdPath, jsonPath = intoFolder(mdPath, report.MarkdownFile), intoFolder(jsonPath, report.JSONFile)
 			defaultMD, defaultJSON := mdPath == "", jsonPath == ""
 			// one named file puts the other beside it
 			if defaultJSON && !defaultMD {

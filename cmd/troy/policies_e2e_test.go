@@ -228,6 +228,14 @@ func TestPolicyArgumentsAsANewcomerWritesThem(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.FileExists(t, filepath.Join(dir, "only", "audit.json"), "beside the report")
 	assert.NoDirExists(t, filepath.Join(dir, "logs"))
+	// -o naming a folder (there, or written with a trailing /) fills it
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "there"), 0o755))
+	for _, o := range []string{"there", "new/"} {
+		r = troy(t, dir, "audit", trace, "soc2", "-o", o)
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.FileExists(t, filepath.Join(dir, o, "report.md"))
+		assert.FileExists(t, filepath.Join(dir, o, "audit.json"))
+	}
 
 	r = troy(t, dir, "check", "hipaa", "-a", "bash")
 	assert.Equal(t, 0, r.code, r.stderr)
