@@ -44,6 +44,9 @@ whose allowed actions count as history. An unreachable guard blocks.`,
 			if ledgerURL != "" && g.natsURL != "" {
 				return codeError{exitError, errors.New("--ledger is for in-process checks: with --nats-url, the guard of troy serve records its decisions (its --ledger)")}
 			}
+			if action == "" && typ == trace.TypeToolCall {
+				return codeError{exitError, errors.New("name the action to check: -a TOOL (the tool the agent wants to call)")}
+			}
 			req := guard.Request{Mode: mode, SessionID: session, Action: guard.Action{Type: typ, Name: action}, Agent: guard.Agent{Name: agentName}}
 			if input != "" {
 				if err := json.Unmarshal([]byte(input), &req.Action.Input); err != nil {

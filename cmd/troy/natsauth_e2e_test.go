@@ -114,6 +114,7 @@ func TestServicesUnderTheirOwnNATSUsers(t *testing.T) {
 	r = troy(t, dir, "policies", "push", policy, "--nats-url", url("audit"), "--no-provision")
 	assert.NotEqual(t, 0, r.code, "an audit client cannot replace a policy")
 	assert.Contains(t, strings.ToLower(r.stderr), "permissions violation", r.stderr)
+	assert.Contains(t, r.stderr, "this NATS user may not write policies; an operator pushes them")
 	weak := filepath.Join(dir, "weak.yaml")
 	require.NoError(t, os.WriteFile(weak, []byte("policy_id: troy-examples\nrules:\n  - rule_id: nothing\n    description: never fires\n    severity: low\n    condition: \"false\"\n"), 0o644))
 	r = troy(t, dir, "serve", "--target", "evaluator", "--policy", weak, "--nats-url", url("evaluator"), "--no-provision", "--http-addr", "127.0.0.1:0")

@@ -279,7 +279,7 @@ with any, nothing is written unless --partial.`,
 
 func newPoliciesPushCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "push FILE",
+		Use:   "push FILE|TEMPLATE",
 		Short: "Publish a policy version to a running troy (--nats-url, NATS_URL, or troy serve's default address): evaluators and guards using its id switch to it without a restart",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -305,6 +305,9 @@ func newPoliciesPushCmd(g *globalFlags) *cobra.Command {
 				return codeError{exitError, err}
 			}
 			h, err := store.Push(ctx, e.Policy())
+			if bus.IsPermissionDenied(err) {
+				return codeError{exitError, fmt.Errorf("%w: this NATS user may not write policies; an operator pushes them (troy policies push as the operator user, or troy provision --policy FILE)", err)}
+			}
 			if err != nil {
 				return codeError{exitError, err}
 			}

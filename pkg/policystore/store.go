@@ -214,14 +214,14 @@ func (s *Store) Engine(ctx context.Context, ref string) (*policy.Engine, error) 
 	case !known && !watched:
 		e, err := s.kv.Get(ctx, latestKey(ref))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, fmt.Errorf("%w: troy's store has no policy with id %q: push it first (troy policies push FILE)", ErrNotFound, ref)
+			return nil, fmt.Errorf("%w: troy's store has no policy with id %q: push it first (troy policies push FILE or TEMPLATE)", ErrNotFound, ref)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("policy store: %w", err)
 		}
 		hash = string(e.Value())
 	case !known:
-		return nil, fmt.Errorf("%w: troy's store has no policy with id %q: push it first (troy policies push FILE)", ErrNotFound, ref)
+		return nil, fmt.Errorf("%w: troy's store has no policy with id %q: push it first (troy policies push FILE or TEMPLATE)", ErrNotFound, ref)
 	}
 	return s.ByHash(ctx, hash)
 }
@@ -237,7 +237,7 @@ func (s *Store) ByHash(ctx context.Context, hash string) (*policy.Engine, error)
 	}
 	entry, err := s.kv.Get(ctx, versionKey(hash))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: troy's store has no policy version %s: push that file first (troy policies push FILE)", ErrNotFound, hash)
+		return nil, fmt.Errorf("%w: troy's store has no policy version %s: push that file first (troy policies push FILE or TEMPLATE)", ErrNotFound, hash)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("policy store: get %s: %w", hash, err)

@@ -213,10 +213,10 @@ func (r Regression) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "violations: %d new%s, %d fixed%s, %d unchanged\n", len(r.NewV), severityNote(r.NewV), len(r.Fixed), severityNote(r.Fixed), r.Unchanged)
 	for _, c := range r.NewV {
-		fmt.Fprintf(w, "  NEW    %-8s %s  trace %s step %s: %s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, firstLine(c.Description))
+		fmt.Fprintf(w, "  NEW    %-8s %s  trace %s step %s%s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, colonThen(firstLine(c.Description)))
 	}
 	for _, c := range r.Fixed {
-		fmt.Fprintf(w, "  FIXED  %-8s %s  trace %s step %s: %s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, firstLine(c.Description))
+		fmt.Fprintf(w, "  FIXED  %-8s %s  trace %s step %s%s\n", c.Severity, c.RuleID, c.TraceID, c.StepID, colonThen(firstLine(c.Description)))
 	}
 	for _, d := range r.Risk {
 		fmt.Fprintf(w, "  RISK   %s %d → %d (%+d)\n", d.TraceID, d.Old, d.New, d.New-d.Old)

@@ -90,7 +90,7 @@ func Markdown(a *Audit) []byte {
 			}
 		}
 		for _, v := range byStep[s.StepID] {
-			w("- ⚠ **%s** `%s`: %s\n", strings.ToUpper(v.Severity), v.RuleID, mdText(v.Description))
+			w("- ⚠ **%s** `%s`%s\n", strings.ToUpper(v.Severity), v.RuleID, colonThen(mdText(v.Description)))
 		}
 		w("\n")
 	}
@@ -165,6 +165,14 @@ func code(items []string) string {
 // ruleErrorText is a rule error's first line as a reader sees it: expr
 // says "<nil>" for a missing value, which reads as nil (and is no HTML).
 func ruleErrorText(err string) string { return strings.ReplaceAll(firstLine(err), "<nil>", "nil") }
+
+// colonThen is ": s", or nothing when s is empty (no dangling colon).
+func colonThen(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

@@ -54,7 +54,7 @@ func Replay(w io.Writer, a *Audit, diff *Diff) {
 	marks := map[string][]string{}
 	add := func(prefix string, vs []policy.Violation) {
 		for _, v := range vs {
-			marks[v.StepID] = append(marks[v.StepID], fmt.Sprintf("%s %s %s: %s", prefix, strings.ToUpper(v.Severity), v.RuleID, v.Description))
+			marks[v.StepID] = append(marks[v.StepID], fmt.Sprintf("%s %s %s", prefix, strings.ToUpper(v.Severity), v.RuleID)+colonThen(v.Description))
 		}
 	}
 	if diff == nil {

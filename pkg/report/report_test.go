@@ -75,3 +75,13 @@ func TestSummaryLinksAndControlCharacters(t *testing.T) {
 	assert.NotContains(t, md, "\x00")
 	assert.Contains(t, md, "nul\uFFFDid")
 }
+
+// A rule without a description leaves no dangling colon.
+func TestNoDanglingColon(t *testing.T) {
+	a := &Audit{Trace: &trace.Trace{TraceID: "t", AgentName: "a", Steps: []*trace.Step{{StepID: "s1", Type: "tool_call", Name: "x"}}},
+		Violations: []policy.Violation{{RuleID: "r", StepID: "s1", Severity: "high"}}}
+	var b strings.Builder
+	Replay(&b, a, nil)
+	assert.Contains(t, b.String(), "⚠ HIGH r\n")
+	assert.NotContains(t, b.String(), "r: \n")
+}
