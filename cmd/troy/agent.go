@@ -247,7 +247,7 @@ func runAgent(cmd *cobra.Command, g *globalFlags, f *agentFlags, req agentrun.Re
 			log.Warn().Err(err).Msg("shutdown")
 		}
 	}()
-	if remote && req.Resume {
+	if req.Resume {
 		// said here, before a run id is printed and a request queued that
 		// the runner could only refuse
 		if err := resumable(base, st, req.SessionID); err != nil {

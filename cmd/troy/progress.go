@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -91,7 +92,7 @@ func (s span) Set(v string) error {
 		if i := strings.Index(rest, unit.suffix); i >= 0 {
 			n, err := strconv.Atoi(rest[:i])
 			if err != nil || n < 0 || n > 10000 { // 10,000 weeks is past any retention
-				return fmt.Errorf("%q: write a duration such as 90m, 12h, 7d or 2w", v)
+				return errors.New("write a duration such as 90m, 12h, 7d or 2w")
 			}
 			total += time.Duration(n) * unit.size
 			rest = rest[i+1:]
@@ -100,12 +101,12 @@ func (s span) Set(v string) error {
 	if rest != "" {
 		d, err := time.ParseDuration(rest)
 		if err != nil || strings.HasPrefix(rest, "-") {
-			return fmt.Errorf("%q: write a duration such as 90m, 12h, 7d or 2w", v)
+			return errors.New("write a duration such as 90m, 12h, 7d or 2w")
 		}
 		total += d
 	}
 	if total < 0 {
-		return fmt.Errorf("%q: a duration back in time is positive", v)
+		return errors.New("a duration back in time is positive")
 	}
 	*s.d = total
 	return nil

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/troy-audit/troy/pkg/bus"
+	"github.com/troy-audit/troy/pkg/natsembed"
 )
 
 // Exit codes.
@@ -99,8 +100,8 @@ func (g *globalFlags) readerClient(cmd *cobra.Command, storeOK bool) (bus.Client
 	}
 	def := g.serverClient("troy-client")
 	if listening(def.URL) {
-		if hasStore {
-			// both are here: say which one answers
+		if hasStore && !natsembed.InUse(g.dataDir) {
+			// both are here (and the store is not that serve's): say which answers
 			fmt.Fprintf(cmd.ErrOrStderr(), "troy: reading the troy serve at %s (the store in %s is read with --data-dir)\n", def.URL, g.dataDir)
 		}
 		return def, nil

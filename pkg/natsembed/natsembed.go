@@ -174,6 +174,20 @@ func (e *Server) Connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// InUse says whether a running embedded server holds the store in dir.
+func InUse(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "troy.lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
 func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "troy.lock")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
