@@ -208,22 +208,31 @@ func newPoliciesInitCmd() *cobra.Command {
 
 func newPoliciesLintCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "lint FILE",
-		Short: "Check a policy: every problem with its rule id, line and column; exit 1 if any",
-		Args:  cobra.ExactArgs(1),
+		Use:   "lint FILE [FILE…]",
+		Short: "Check policies: every problem with its rule id, line and column; exit 1 if any",
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := loadPolicy(args[0])
-			var pe *policy.Error
-			if errors.As(err, &pe) {
-				for _, p := range pe.Problems {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], p.String())
+			bad := 0
+			for _, path := range args {
+				e, err := loadPolicy(path)
+				var pe *policy.Error
+				switch {
+				case errors.As(err, &pe):
+					for _, p := range pe.Problems {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", path, p.String())
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s: %s\n", path, plural(len(pe.Problems), "problem", "problems"))
+					bad++
+				case err != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s: %v\n", path, err)
+					bad++
+				default:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %s, %s\n", path, plural(len(e.Policy().Rules), "rule", "rules"), e.Hash())
 				}
-				return codeError{exitError, fmt.Errorf("%s: %s", args[0], plural(len(pe.Problems), "problem", "problems"))}
 			}
-			if err != nil {
-				return codeError{exitError, err}
+			if bad > 0 {
+				return codeError{exitError, nil}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %s, %s\n", args[0], plural(len(e.Policy().Rules), "rule", "rules"), e.Hash())
 			return nil
 		},
 	}
@@ -247,6 +256,14 @@ with any, nothing is written unless --partial.`,
 				return codeError{exitError, err}
 			}
 			p, probs := policy.ImportPython(data)
+			if len(probs) > 0 {
+				// not Python, but maybe troy's own language already
+				if own, err := policy.Parse(data); err == nil {
+					if _, err := policy.Compile(own); err == nil {
+						return codeError{exitError, fmt.Errorf("%s is already in troy's language (every condition compiles as expr): nothing to import; troy policies lint %s checks it", args[0], args[0])}
+					}
+				}
+			}
 			for _, pr := range probs {
 				fmt.Fprintf(cmd.ErrOrStderr(), "troy: %s: %s\n", args[0], pr.String())
 			}

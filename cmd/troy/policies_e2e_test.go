@@ -303,3 +303,19 @@ func TestOneTraceAuditsRunSideBySide(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "store directory in use: another troy process is using .troy/data")
 }
+
+// import of a policy already in troy's language says so, instead of a
+// list of Python errors; lint takes several files.
+func TestImportOfTroysOwnPolicyAndLintOfSeveral(t *testing.T) {
+	_, policy := examples(t)
+	dir := t.TempDir()
+	r := troy(t, dir, "policies", "import", policy, "-o", "x.yaml")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "is already in troy's language (every condition compiles as expr): nothing to import")
+	assert.NotContains(t, r.stderr, "comments are not supported")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("policy_id: p\nrules:\n  - rule_id: a\n    condition: true\n"), 0o644))
+	r = troy(t, dir, "policies", "lint", policy, "bad.yaml")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stdout, "policy.yaml: ok, 10 rules")
+	assert.Contains(t, r.stdout, "bad.yaml: line 4: rule \"a\" condition")
+}
