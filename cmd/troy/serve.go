@@ -93,6 +93,16 @@ POST /v1/traces[?run=R&policy=HASH] to stream one trace into the pipeline
 			if err := sec.resolve(httpAddr); err != nil {
 				return codeError{exitError, err}
 			}
+			if sec.tokens != nil {
+				// clients only hear "503: the operator must fix it"; the operator hears why
+				sec.tokens.OnReload = func(n int, err error) {
+					if err != nil {
+						log.Error().Err(err).Msg("the tokens file cannot be used: every client is refused until it is fixed")
+						return
+					}
+					log.Info().Int("tokens", n).Msg("tokens file reloaded")
+				}
+			}
 			if g.natsURL == "" && natsAuth == "" && !isLoopback(natsAddr) && !sec.insecure {
 				return codeError{exitError, fmt.Errorf("--nats-addr %s is reachable from the network and the embedded NATS server has no users: "+
 					"give --nats-auth FILE (troy nats-config --out DIR writes DIR/auth.conf), bind 127.0.0.1, or pass --insecure-no-auth to serve it open anyway", natsAddr)}

@@ -66,6 +66,11 @@ type Tokens struct {
 	checked time.Time // when the file was last looked at
 	stamp   fileStamp // what it was then
 	bad     error     // why the file as it is now cannot be used
+
+	// OnReload, when set, hears each reload of the file: nil when its
+	// tokens were taken in, else why the file cannot be used (clients are
+	// then refused until it is fixed). Called with the tokens locked.
+	OnReload func(n int, err error)
 }
 
 type fileStamp struct {
@@ -97,10 +102,16 @@ func (ts *Tokens) current() ([]Token, error) {
 	}
 	fresh, err := Load(ts.path)
 	if err != nil {
+		if ts.OnReload != nil && (ts.bad == nil || ts.bad.Error() != err.Error()) {
+			ts.OnReload(0, err)
+		}
 		ts.bad = err
 		return nil, err
 	}
 	ts.list, ts.stamp, ts.bad = fresh.list, fresh.stamp, nil
+	if ts.OnReload != nil {
+		ts.OnReload(len(ts.list), nil)
+	}
 	return ts.list, nil
 }
 
@@ -208,7 +219,7 @@ func Append(path, name string, scopes []string) (string, error) {
 	if old, err := os.ReadFile(path); err == nil {
 		for _, l := range strings.Split(string(old), "\n") {
 			if f := strings.Fields(l); len(f) > 0 && f[0] == name {
-				return "", fmt.Errorf("%s already has a token named %q: pick another name (or remove its line to revoke it)", path, name)
+				return "", fmt.Errorf("%s already has a token named %q: pick another name (troy tokens remove %s revokes it)", path, name, name)
 			}
 		}
 	}

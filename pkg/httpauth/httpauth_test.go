@@ -1,11 +1,13 @@
 package httpauth_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,6 +97,13 @@ func TestTokensFollowTheirFile(t *testing.T) {
 	require.NoError(t, err)
 	ts, err := httpauth.Load(file)
 	require.NoError(t, err)
+	var heard []string // what the operator's log hears
+	var heardMu sync.Mutex
+	ts.OnReload = func(n int, err error) {
+		heardMu.Lock()
+		defer heardMu.Unlock()
+		heard = append(heard, fmt.Sprint(n, err))
+	}
 	h := ts.Require(httpauth.Guard, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	code := func(token string) (int, string) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/guard/check", nil)
@@ -124,6 +133,11 @@ func TestTokensFollowTheirFile(t *testing.T) {
 		assert.Equal(c, http.StatusServiceUnavailable, got, "a broken file lets nobody in")
 		assert.Contains(c, body, "tokens file cannot be used")
 	}, 5*time.Second, 100*time.Millisecond)
+	heardMu.Lock()
+	defer heardMu.Unlock()
+	require.Len(t, heard, 2, "a reload, then the broken file, once: %q", heard)
+	assert.Equal(t, "1 <nil>", heard[0])
+	assert.Contains(t, heard[1], "the hash is not sha256")
 }
 
 // troy tokens remove: the line goes, the others stay, the file stays 0600.
