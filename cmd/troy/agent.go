@@ -122,6 +122,10 @@ Exit code: 0 the run ended complete, 1 any other status, 2 a config or usage err
 					return codeError{agentUsage, fmt.Errorf("--workspace %s is not a directory", ws)}
 				}
 			}
+			// the files and folders the config names, all checked at once
+			if probs := preflight(file, f.workspace != ""); len(probs) > 0 {
+				return codeError{agentUsage, &spec.Error{Source: args[0], Problems: probs}}
+			}
 			// Build once here, so every config problem is a usage error
 			// before anything is queued.
 			pp, err := operatorProviderPolicy()
@@ -163,6 +167,35 @@ func newAgentResumeCmd(g *globalFlags) *cobra.Command {
 	}
 	f.register(cmd, false)
 	return cmd
+}
+
+// preflight checks what a config names on disk (its paths are already
+// made absolute against its folder): skills folders, the scripted model's
+// script, the workspace, the audit policy.
+func preflight(f *spec.File, workspaceGiven bool) []string {
+	var probs []string
+	isDir := func(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() }
+	if f.Skills != nil && (f.Skills.Enabled == nil || *f.Skills.Enabled) {
+		for i, d := range f.Skills.Dirs {
+			if !isDir(d) {
+				probs = append(probs, fmt.Sprintf("skills.dirs[%d]: %s is not a folder (paths are from the config's folder)", i, d))
+			}
+		}
+	}
+	if strings.EqualFold(f.LLM.Provider, "scripted") && f.LLM.Script != "" {
+		if _, err := os.Stat(f.LLM.Script); err != nil {
+			probs = append(probs, fmt.Sprintf("llm.script: %s: no such file (paths are from the config's folder)", f.LLM.Script))
+		}
+	}
+	if f.Workspace != "" && !workspaceGiven && !isDir(f.Workspace) {
+		probs = append(probs, fmt.Sprintf("workspace: %s is not a folder (create it first; paths are from the config's folder)", f.Workspace))
+	}
+	if (f.Audit.Enabled == nil || *f.Audit.Enabled) && f.Audit.Policy != "" {
+		if _, err := loadPolicy(f.Audit.Policy); err != nil {
+			probs = append(probs, fmt.Sprintf("audit.policy: %v", err))
+		}
+	}
+	return probs
 }
 
 // resumable checks on the bus that a session exists and can go on.

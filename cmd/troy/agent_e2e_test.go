@@ -114,7 +114,8 @@ func TestAgentOfflineExample(t *testing.T) {
 
 	r = troy(t, dir, "agent", "resume", session)
 	assert.Equal(t, 2, r.code, "a complete session cannot be resumed: %s", r.stderr)
-	assert.Contains(t, r.stderr, "cannot be resumed")
+	assert.Contains(t, r.stderr, "ended complete: only running, cancelled, exhausted or failed sessions can be resumed")
+	assert.NotContains(t, r.stderr, "troy: run ", "refused before a run starts")
 }
 
 func writeAgent(t *testing.T, dir, script string) string {
@@ -508,4 +509,18 @@ func serveEmbedded(t *testing.T, dir string) (natsURL, httpURL string) {
 	require.NoError(t, serve.Start())
 	t.Cleanup(func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() })
 	return readServeBanner(t, out, true)
+}
+
+// What a config names on disk is checked all at once, before a run starts
+// (it used to take four runs, the last after a run id was printed).
+func TestAgentConfigPathsCheckedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "a.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("name: x\nllm: {provider: scripted, script: nope.yaml}\nskills: {dirs: [noskills]}\nworkspace: ./scratch\naudit: {policy: soc3}\n"), 0o644))
+	r := troy(t, dir, "agent", "run", cfg, "hi")
+	assert.Equal(t, 2, r.code)
+	for _, want := range []string{"skills.dirs[0]: ", "llm.script: ", "workspace: ", "audit.policy: "} {
+		assert.Contains(t, r.stderr, want)
+	}
+	assert.NotContains(t, r.stderr, "troy: run ", "no run started")
 }
