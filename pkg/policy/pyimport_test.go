@@ -140,6 +140,16 @@ func TestFromPythonKeepsPythonsMeaning(t *testing.T) {
 	tr, err := trace.Parse([]byte(`{"trace_id": "t", "agent_name": "a", "steps": [
 	  {"step_id": "s", "type": "tool_call", "name": "bash", "input": {"cmd": "rm -rf /"}, "metadata": {"approved": true, "n": 3}}]}`), trace.DefaultLimits())
 	require.NoError(t, err)
+	// fires translates py and says whether it fires on the step (no errors)
+	fires := func(py string) bool {
+		cond, err := FromPython(py)
+		require.NoError(t, err, py)
+		e, err := Compile(&Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: cond, Severity: "low"}}})
+		require.NoError(t, err, "%s → %s", py, cond)
+		res := e.Evaluate(tr)
+		assert.Empty(t, res.RuleErrors, "%s → %s", py, cond)
+		return len(res.Violations) == 1
+	}
 	for _, py := range []string{
 		"not step.get('metadata', {}).get('approved') is None",
 		"not step['type'] == 'llm_call'",
@@ -152,26 +162,13 @@ func TestFromPythonKeepsPythonsMeaning(t *testing.T) {
 		"any_step(lambda s: not s['name'] == 'other' and 'rf' in s['input']['cmd'])",
 		"len([1, 2]) == 2 and not (step['name'] == 'x' or step['name'] == 'y')",
 	} {
-		cond, err := FromPython(py)
-		require.NoError(t, err, py)
-		e, err := Compile(&Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: cond, Severity: "low"}}})
-		require.NoError(t, err, "%s → %s", py, cond)
-		res := e.Evaluate(tr)
-		assert.Empty(t, res.RuleErrors, "%s → %s", py, cond)
-		assert.Len(t, res.Violations, 1, "%s → %s: true in Python", py, cond)
+		assert.True(t, fires(py), "%s: true in Python", py)
 	}
-	// and false where Python says false
 	for _, py := range []string{
 		"not step['type'] == 'tool_call'",
 		"'rm -rf x' in get(step, 'input.cmd')",
 		"str(get(step, 'metadata.approved')) == 'true'",
 	} {
-		cond, err := FromPython(py)
-		require.NoError(t, err, py)
-		e, err := Compile(&Policy{PolicyID: "p", Rules: []Rule{{RuleID: "r", Condition: cond, Severity: "low"}}})
-		require.NoError(t, err, "%s → %s", py, cond)
-		res := e.Evaluate(tr)
-		assert.Empty(t, res.RuleErrors, "%s → %s", py, cond)
-		assert.Empty(t, res.Violations, "%s → %s: false in Python", py, cond)
+		assert.False(t, fires(py), "%s: false in Python", py)
 	}
 }
