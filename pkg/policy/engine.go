@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -271,8 +272,20 @@ func conditionProblem(r Rule, err error, rw rewritten) *Problem {
 	if strings.Contains(prob.Message, "invalid char escape") {
 		prob.Message += "\n   (write regular expressions in backquotes, e.g. matches(x, `\\s+`): in '…' a backslash starts a string escape)"
 	}
+	if m := unknownName.FindStringSubmatch(prob.Message); m != nil {
+		if near := closest(m[1], conditionNames); near != "" {
+			prob.Message += "\n   (did you mean " + near + "?)"
+		}
+	}
 	return prob
 }
+
+var unknownName = regexp.MustCompile(`unknown name ([A-Za-z_][A-Za-z0-9_]*)`)
+
+// conditionNames are the names a condition may use: the variables and
+// troy's helpers (expr's builtins have their own messages).
+var conditionNames = []string{"step", "steps", "step_index", "prev_steps", "next_steps", "prev_step", "next_step", "trace", "agent",
+	"get", "matches", "text", "json", "pii", "secrets", "injection", "urls", "any_step", "any_next", "any_prev", "py_in", "py_str"}
 
 // locate re-points an expr error at the user's original condition.
 func (r rewritten) locate(err error, original string) *file.Error {

@@ -32,3 +32,16 @@ func TestQuotedRegexEscapesAreRefused(t *testing.T) {
 	_, err := policy.Compile(ok)
 	assert.NoError(t, err)
 }
+
+// A misspelt name gets the name it was probably meant to be.
+func TestUnknownNamesSuggestTheKnownOne(t *testing.T) {
+	for cond, want := range map[string]string{
+		"stpe.type == 'x'":       "did you mean step?",
+		"matchs(step.name, 'x')": "did you mean matches?",
+		"len(prev_stepz) > 0":    "did you mean prev_steps?",
+	} {
+		_, err := policy.Compile(&policy.Policy{PolicyID: "p", Rules: []policy.Rule{{RuleID: "r", Severity: "low", Condition: cond}}})
+		require.Error(t, err, cond)
+		assert.Contains(t, err.Error(), want, cond)
+	}
+}
