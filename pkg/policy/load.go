@@ -53,12 +53,8 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 	pyFile := isJSON && slices.ContainsFunc(p.Rules, func(r Rule) bool { return looksPython(r.Condition) })
 	if pyFile {
 		for i, r := range p.Rules {
-			py, err := FromPython(r.Condition)
-			if err != nil || py == r.Condition {
-				continue // not Python (expr closures, …) or the same either way
-			}
-			r.Condition = py
-			if _, err := CompileWith(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}, o); err == nil {
+			// not Python (expr closures, …) or the same either way: as it is
+			if py, err := asPython(p.PolicyID, r, o); err == nil && py != r.Condition {
 				p.Rules[i].Condition = py
 				translated = append(translated, r.RuleID)
 			}
@@ -79,21 +75,15 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 				probs = append(probs, pr)
 				continue
 			}
-			py, perr := FromPython(r.Condition)
-			if perr == nil {
-				r.Condition = py
-				cerr := error(nil)
-				if _, cerr = CompileWith(&Policy{PolicyID: p.PolicyID, Rules: []Rule{r}}, o); cerr == nil {
-					p.Rules[i].Condition = py
-					translated = append(translated, r.RuleID)
-					continue
-				}
-				var ce *Error
-				if errors.As(cerr, &ce) && len(ce.Problems) > 0 {
-					cerr = errors.New(ce.Problems[0].Message)
-				}
-				pr.Message += "\n   (read as the original tool's Python it translates to " + py + ", which fails: " + cerr.Error() + ")"
-			} else if pyFile || looksPython(r.Condition) {
+			py, perr := asPython(p.PolicyID, r, o)
+			switch {
+			case perr == nil:
+				p.Rules[i].Condition = py
+				translated = append(translated, r.RuleID)
+				continue
+			case py != "":
+				pr.Message += "\n   (read as the original tool's Python it translates to " + py + ", which fails: " + perr.Error() + ")"
+			case pyFile || looksPython(r.Condition):
 				pr.Message += "\n   (read as the original tool's Python it does not translate either: " + perr.Error() + ")"
 			}
 			probs = append(probs, pr)
@@ -112,6 +102,25 @@ func ParseEngine(data []byte, o Options) (*Loaded, error) {
 		return nil, err
 	}
 	return &Loaded{Engine: e, Translated: translated}, nil
+}
+
+// asPython is r's condition read as the predecessor's Python: the
+// translation when it compiles on its own; else the translation ("" when
+// there is none) and why it cannot be used.
+func asPython(policyID string, r Rule, o Options) (string, error) {
+	py, err := FromPython(r.Condition)
+	if err != nil {
+		return "", err
+	}
+	r.Condition = py
+	if _, err := CompileWith(&Policy{PolicyID: policyID, Rules: []Rule{r}}, o); err != nil {
+		var pe *Error
+		if errors.As(err, &pe) && len(pe.Problems) > 0 {
+			return py, errors.New(pe.Problems[0].Message)
+		}
+		return py, err
+	}
+	return py, nil
 }
 
 // looksPython spots the constructs only the original tool's conditions
