@@ -510,7 +510,7 @@ func (r auditResult) exit(f *auditFlags) error {
 	if f.failOnRuleErr {
 		for _, e := range r.entries {
 			if len(e.RuleErrors) > 0 {
-				return codeError{exitError, fmt.Errorf("rules could not be evaluated on some steps (--fail-on-rule-error): lint cannot see these, they depend on the data; guard the fields they read, e.g. get(step, 'input.amount', 0) > 1000 instead of step.input.amount > 1000")}
+				return codeError{exitError, fmt.Errorf("rules could not be evaluated on some steps (--fail-on-rule-error). %s", report.RuleErrorAdvice)}
 			}
 		}
 	}

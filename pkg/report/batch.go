@@ -140,7 +140,7 @@ func SummaryMarkdown(b *Batch) []byte {
 		mdText(b.PolicyID), ShortHash(b.PolicyHash), b.Traces, b.Audited, b.Rejected,
 		SeverityLine(b.SeverityCounts), b.FinishedAt.Sub(b.StartedAt).Round(time.Millisecond))
 	if len(b.RuleErrors) > 0 {
-		w("## Rule errors\n\nThese rules could not be evaluated on some steps; the rest of each audit went on. Fix them (`troy policies lint`) and audit again.\n\n")
+		w("## Rule errors\n\nThese rules could not be evaluated on some steps; the rest of each audit went on. %s\n\n", RuleErrorAdvice)
 		w("| Rule | Steps | Traces | First error |\n|---|---|---|---|\n")
 		for _, r := range b.RuleErrors {
 			w("| `%s` | %d | %d | %s |\n", r.RuleID, r.Steps, r.Traces, mdText(ruleErrorText(r.First)))

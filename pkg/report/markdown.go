@@ -49,7 +49,7 @@ func Markdown(a *Audit) []byte {
 		w("\n")
 	}
 	if len(a.RuleErrors) > 0 {
-		w("## Rule errors\n\nThese conditions failed to evaluate; the rest of the audit went on. Fix the rule (see `troy policies lint`) and audit again.\n\n")
+		w("## Rule errors\n\nThese conditions failed to evaluate; the rest of the audit went on. %s\n\n", RuleErrorAdvice)
 		w("| Rule | Step | Error |\n|---|---|---|\n")
 		for _, e := range a.RuleErrors {
 			w("| `%s` | %d · `%s` | %s |\n", e.RuleID, e.StepIndex, e.StepID, mdText(ruleErrorText(e.Error)))
@@ -165,6 +165,11 @@ func code(items []string) string {
 // ruleErrorText is a rule error's first line as a reader sees it: expr
 // says "<nil>" for a missing value, which reads as nil (and is no HTML).
 func ruleErrorText(err string) string { return strings.ReplaceAll(firstLine(err), "<nil>", "nil") }
+
+// RuleErrorAdvice is what to do about rule errors, wherever they are
+// reported: lint passed these rules, the data broke them.
+const RuleErrorAdvice = "Lint cannot see these: they depend on the data. Guard the fields a rule reads " +
+	"(`get(step, 'input.amount', 0) > 1000` rather than `step.input.amount > 1000`) and audit again."
 
 // colonThen is ": s", or nothing when s is empty (no dangling colon).
 func colonThen(s string) string {
