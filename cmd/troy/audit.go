@@ -120,16 +120,12 @@ func (f *auditFlags) writeBatchHTML(outDir string, b *report.Batch) error {
 			traceDir := filepath.Join(outDir, filepath.Dir(filepath.FromSlash(e.Report)))
 			target := filepath.Join(traceDir, report.MarkdownFile)
 			if f.perTraceHTML {
-				raw, err := os.ReadFile(filepath.Join(traceDir, report.JSONFile))
+				a, err := report.ReadAudit(filepath.Join(traceDir, report.JSONFile))
 				if err != nil {
 					return err
 				}
-				var a report.Audit
-				if err := json.Unmarshal(raw, &a); err != nil {
-					return fmt.Errorf("%s: %w", e.Report, err)
-				}
 				target = filepath.Join(traceDir, report.HTMLFile)
-				if err := writeHTML(target, &a, f.modes); err != nil {
+				if err := writeHTML(target, a, f.modes); err != nil {
 					return err
 				}
 			}

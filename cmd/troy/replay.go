@@ -98,7 +98,8 @@ are given).`,
 func replayInput(path string, data []byte, policyPath, comparePath string) (*report.Audit, []replayui.Side, error) {
 	var a report.Audit
 	var sides []replayui.Side
-	if json.Unmarshal(data, &a) == nil && a.SchemaVersion != "" && a.Trace != nil && len(a.Trace.Steps) > 0 {
+	if recorded, err := report.DecodeAudit(data, path); err == nil && recorded.SchemaVersion != "" && len(recorded.Trace.Steps) > 0 {
+		a = *recorded
 		rules := map[string]string{}
 		for _, v := range a.Violations {
 			rules[v.RuleID] = v.Description

@@ -70,7 +70,8 @@ func LoadFindings(path string) ([]Findings, error) {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(path, "batch.json"), err)
 		}
 		for _, e := range batch.Entries {
-			if e.Status == StatusAudited && e.Report != "" {
+			// a report path outside the folder is not one troy wrote
+			if e.Status == StatusAudited && e.Report != "" && filepath.IsLocal(filepath.FromSlash(e.Report)) {
 				files = append(files, filepath.Join(path, filepath.Dir(filepath.FromSlash(e.Report)), JSONFile))
 			}
 		}
@@ -91,8 +92,12 @@ func LoadFindings(path string) ([]Findings, error) {
 		return nil, fmt.Errorf("%s holds no audit: want an audit.json, or a folder troy audit or audit-batch wrote", path)
 	}
 	out := make([]Findings, 0, len(files))
-	seen := map[string]bool{}
+	seen, read := map[string]bool{}, map[string]bool{}
 	for _, file := range files {
+		if read[filepath.Clean(file)] { // the batch's entries are also its folders
+			continue
+		}
+		read[filepath.Clean(file)] = true
 		f, err := ReadFindings(file, file)
 		if err != nil {
 			return nil, err
@@ -113,18 +118,39 @@ func fileExists(p string) bool {
 
 // ReadFindings reads an audit.json file's findings, naming the input source.
 func ReadFindings(file, source string) (Findings, error) {
-	b, err := os.ReadFile(file)
+	a, err := ReadAudit(file)
 	if err != nil {
 		return Findings{}, err
 	}
+	return FindingsOf(source, a), nil
+}
+
+// ReadAudit reads an audit.json written earlier (DecodeAudit).
+func ReadAudit(file string) (*Audit, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeAudit(b, file)
+}
+
+// DecodeAudit decodes an audit.json and checks what every reader of one
+// relies on: a trace with an id, and no step missing (a null step).
+// source names it in errors.
+func DecodeAudit(b []byte, source string) (*Audit, error) {
 	var a Audit
 	if err := json.Unmarshal(b, &a); err != nil {
-		return Findings{}, fmt.Errorf("%s: not an audit.json: %w", file, err)
+		return nil, fmt.Errorf("%s: not an audit.json: %w", source, err)
 	}
 	if a.Trace == nil || a.Trace.TraceID == "" {
-		return Findings{}, fmt.Errorf("%s: not an audit.json: no trace in it", file)
+		return nil, fmt.Errorf("%s: not an audit.json: no trace in it", source)
 	}
-	return FindingsOf(source, &a), nil
+	for i, st := range a.Trace.Steps {
+		if st == nil {
+			return nil, fmt.Errorf("%s: not an audit.json troy wrote: steps[%d] is null", source, i)
+		}
+	}
+	return &a, nil
 }
 
 type changeKey struct{ trace, rule, step string }
