@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -37,11 +36,9 @@ findings").`,
 			}
 			r := report.DiffRuns(args[0], old, args[1], cur)
 			if jsonOut {
-				b, err := json.MarshalIndent(r, "", "  ")
-				if err != nil {
+				if err := printJSON(cmd, r); err != nil {
 					return err
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), string(b))
 			} else {
 				r.WriteText(cmd.OutOrStdout())
 			}

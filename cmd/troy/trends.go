@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -40,12 +39,7 @@ Folders that are not days, or hold no audit, are listed as skipped.`,
 				}
 			}
 			if jsonOut {
-				b, err := json.MarshalIndent(t, "", "  ")
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), string(b))
-				return nil
+				return printJSON(cmd, t)
 			}
 			t.WriteText(cmd.OutOrStdout())
 			return nil

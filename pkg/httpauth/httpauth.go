@@ -340,7 +340,7 @@ func (ts *Tokens) Require(scope string, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list, err := ts.current()
-		if err != nil { // fail closed; the detail is the operator's (Err), not the client's
+		if err != nil { // fail closed; the detail is the operator's (OnReload logs it), not the client's
 			problem(w, http.StatusServiceUnavailable, "the server's tokens file cannot be used: its operator must fix it")
 			return
 		}
@@ -365,15 +365,6 @@ type nameKey struct{}
 func TokenName(ctx context.Context) string {
 	n, _ := ctx.Value(nameKey{}).(string)
 	return n
-}
-
-// Err says why the tokens file in force cannot be used, nil when it can.
-func (ts *Tokens) Err() error {
-	if ts == nil {
-		return nil
-	}
-	_, err := ts.current()
-	return err
 }
 
 // Login takes a token posted by the web console ({"token": "…"}) and, if

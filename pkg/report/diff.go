@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/troy-audit/troy/pkg/policy"
 )
@@ -264,11 +263,5 @@ func severityNote(cs []Change) string {
 	for _, c := range cs {
 		counts[c.Severity]++
 	}
-	var parts []string
-	for _, s := range policy.Severities {
-		if counts[s] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
-		}
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
+	return " (" + SeverityLine(counts) + ")"
 }
