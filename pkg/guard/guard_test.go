@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -428,4 +429,18 @@ rules:
 	assert.Equal(t, guard.Block, d.Decision, "%+v", d)
 	assert.Contains(t, d.Reason, "could not be evaluated")
 	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A session's history is its last MaxSessionSteps steps, however long it ran.
+func TestMemSessionsKeepTheLastSteps(t *testing.T) {
+	s := guard.NewMemSessions()
+	ctx := context.Background()
+	for i := range 3*guard.MaxSessionSteps + 7 {
+		require.NoError(t, s.Append(ctx, "s", &trace.Step{StepID: strconv.Itoa(i)}))
+	}
+	h, err := s.History(ctx, "s")
+	require.NoError(t, err)
+	require.Len(t, h, guard.MaxSessionSteps)
+	assert.Equal(t, strconv.Itoa(2*guard.MaxSessionSteps+7), h[0].StepID)
+	assert.Equal(t, strconv.Itoa(3*guard.MaxSessionSteps+6), h[len(h)-1].StepID)
 }

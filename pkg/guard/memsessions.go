@@ -21,7 +21,11 @@ func NewMemSessions() *MemSessions { return &MemSessions{m: map[string][]*trace.
 func (s *MemSessions) History(_ context.Context, session string) ([]*trace.Step, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*trace.Step(nil), s.m[session]...), nil
+	h := s.m[session]
+	if len(h) > MaxSessionSteps {
+		h = h[len(h)-MaxSessionSteps:]
+	}
+	return append([]*trace.Step(nil), h...), nil
 }
 
 // Append implements Sessions.
@@ -29,7 +33,9 @@ func (s *MemSessions) Append(_ context.Context, session string, step *trace.Step
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := append(s.m[session], step)
-	if len(h) > MaxSessionSteps {
+	// trimmed only at twice the bound, so a long session does not copy
+	// the whole bound on every call (History shows the last MaxSessionSteps)
+	if len(h) >= 2*MaxSessionSteps {
 		h = append(h[:0:0], h[len(h)-MaxSessionSteps:]...)
 	}
 	s.m[session] = h
