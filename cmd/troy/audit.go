@@ -329,32 +329,29 @@ Writes the markdown report and audit.json (default logs/<date>/<trace_id>/). Exi
 				}
 				return codeError{exitError, fmt.Errorf("%s was rejected: fix the problems above and audit again", e.Source)}
 			}
+			a, err := report.DecodeAudit(audit, e.Source)
+			if err != nil {
+				return codeError{exitError, err}
+			}
 			if f.junit != "" || f.sarif != "" || f.html != "" || f.perTraceHTML {
-				var a report.Audit
-				if err := json.Unmarshal(audit, &a); err != nil {
-					return codeError{exitError, err}
-				}
-				if err := f.writeCIReports(engine.Policy(), []report.Findings{report.FindingsOf(e.Source, &a)}, filepath.Dir(args[0])); err != nil {
+				if err := f.writeCIReports(engine.Policy(), []report.Findings{report.FindingsOf(e.Source, a)}, filepath.Dir(args[0])); err != nil {
 					return codeError{exitError, err}
 				}
 				if f.perTraceHTML {
-					if err := writeHTML(filepath.Join(filepath.Dir(mdPath), report.HTMLFile), &a, f.modes); err != nil {
+					if err := writeHTML(filepath.Join(filepath.Dir(mdPath), report.HTMLFile), a, f.modes); err != nil {
 						return codeError{exitError, err}
 					}
 				}
 				if f.html != "" {
-					if err := writeHTML(f.html, &a, f.modes); err != nil {
+					if err := writeHTML(f.html, a, f.modes); err != nil {
 						return codeError{exitError, fmt.Errorf("--html: %w", err)}
 					}
 				}
 			}
 			// an LLM that could not explain (unreachable, refused) is said once,
 			// not left to be found inside report.md
-			var warned struct {
-				Warnings []string `json:"warnings"`
-			}
-			if json.Unmarshal(audit, &warned) == nil && len(warned.Warnings) > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "troy: explanations fell back to the heuristic: %s\n", warned.Warnings[0])
+			if len(a.Warnings) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "troy: explanations fell back to the heuristic: %s\n", a.Warnings[0])
 			}
 			if line := report.RuleErrorLine(e.RuleErrors); line != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "troy: rule errors: %s\n", line)
