@@ -414,17 +414,7 @@ func (m *Model) renderDetail(w, h int) string {
 // clean drops the control characters of text that came from a trace (or
 // an LLM's explanation of it): an escape sequence written to the terminal
 // could redraw the screen, retitle it, or reach the clipboard.
-func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r == '\n' || r == '\t' || r == '\r':
-			return ' '
-		case r < 0x20 || r >= 0x7f && r <= 0x9f:
-			return -1
-		}
-		return r
-	}, s)
-}
+func clean(s string) string { return report.TerminalSafe(s, false) }
 
 func cleanAll(list []string) []string {
 	out := make([]string, len(list))

@@ -45,6 +45,7 @@ func Compare(before, after []policy.Violation) Diff {
 // violations on it. With diff, steps show which violations are new (+) and
 // which are gone (-) under the other policy.
 func Replay(w io.Writer, a *Audit, diff *Diff) {
+	w = terminalWriter{w} // trace text reaches a terminal: no escape sequences
 	fmt.Fprintf(w, "trace %s · agent %s · policy %s (%s) · risk %d/100 · %s\n",
 		a.Trace.TraceID, a.Trace.AgentName, a.PolicyID, ShortHash(a.PolicyHash), a.RiskScore, SeverityLine(a.SeverityCounts))
 	if a.Summary != "" {
@@ -108,4 +109,32 @@ func truncateText(s string, n int) string {
 		return s
 	}
 	return string(r[:n]) + fmt.Sprintf("… (%d more characters)", len(r)-n)
+}
+
+// TerminalSafe drops the control characters of text that came from a
+// trace (or an LLM's explanation of it): an escape sequence written to a
+// terminal could redraw the screen, retitle it, or reach the clipboard.
+// Line breaks and tabs stay when keepLines, else they become spaces.
+func TerminalSafe(s string, keepLines bool) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t' || r == '\r':
+			if keepLines && r != '\r' {
+				return r
+			}
+			return ' '
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
+			return -1
+		}
+		return r
+	}, s)
+}
+
+type terminalWriter struct{ w io.Writer }
+
+func (t terminalWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(t.w, TerminalSafe(string(p), true)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

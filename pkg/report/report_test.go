@@ -85,3 +85,15 @@ func TestNoDanglingColon(t *testing.T) {
 	assert.Contains(t, b.String(), "⚠ HIGH r\n")
 	assert.NotContains(t, b.String(), "r: \n")
 }
+
+// The text replay prints trace text to a terminal: no escape sequence
+// from a trace gets through (OSC 52 would reach the clipboard).
+func TestReplayTextCarriesNoEscapes(t *testing.T) {
+	a := &Audit{Trace: &trace.Trace{TraceID: "t", AgentName: "a\x1b[2J", Steps: []*trace.Step{
+		{StepID: "s1", Type: "tool_call", Name: "x\x1b]52;c;ZXZpbA==\x07", Description: "line one\nline two"}}}}
+	var b strings.Builder
+	Replay(&b, a, nil)
+	assert.NotContains(t, b.String(), "\x1b")
+	assert.NotContains(t, b.String(), "\x07")
+	assert.Contains(t, b.String(), "x]52;c;ZXZpbA==")
+}
