@@ -88,23 +88,7 @@ stdout is the protocol.
 			px, err := mcpproxy.Connect(cctx, up, mcpproxy.Config{
 				Guard: &guard.Local{Policies: guard.Static{E: engine}, Sessions: sessions, Timeout: 5 * time.Second}, Sessions: sessions,
 				Monitor: monitor, Log: log, Ended: audit.End, Results: results,
-				Observe: func(c mcpproxy.Call) {
-					audit.Observe(c)
-					if len(c.Decision.Violations) > 0 || c.Decision.Decision == guard.Block {
-						ev := log.Warn().Str("session", c.Session).Str("client", c.Client).Str("tool", c.Tool).Str("decision", c.Decision.Decision)
-						// rule ids are values, not keys: log readers can filter on them
-						rules := make([]string, 0, len(c.Decision.Violations))
-						for _, v := range c.Decision.Violations {
-							rules = append(rules, v.RuleID+" ("+v.Severity+")")
-						}
-						ev = ev.Strs("rules", rules)
-						if monitor {
-							ev.Msg("mcp call would be blocked (monitor)")
-						} else {
-							ev.Msg("mcp call blocked")
-						}
-					}
-				}})
+				Observe: audit.Observe})
 			if err != nil {
 				return codeError{exitError, err}
 			}

@@ -154,6 +154,25 @@ func (p *Proxy) session(ss *mcp.ServerSession) string {
 	return id
 }
 
+// logDecision says a call was blocked (or, monitoring, would have been),
+// with the rules it broke as values, so log readers can filter on them.
+func (p *Proxy) logDecision(call Call) {
+	rules := make([]string, 0, len(call.Decision.Violations))
+	for _, v := range call.Decision.Violations {
+		rules = append(rules, v.RuleID+" ("+v.Severity+")")
+	}
+	ev := p.cfg.Log.Warn().Str("session", call.Session).Str("client", call.Client).Str("tool", call.Tool).
+		Str("decision", call.Decision.Decision).Strs("rules", rules)
+	if call.Err != nil {
+		ev = ev.Err(call.Err)
+	}
+	if p.cfg.Monitor {
+		ev.Msg("mcp call would be blocked (monitor)")
+		return
+	}
+	ev.Msg("mcp call blocked")
+}
+
 func (p *Proxy) checkLock(session string) *sync.Mutex {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -194,8 +213,11 @@ func (p *Proxy) handler(tool string) mcp.ToolHandler {
 			Action: guard.Action{Type: "tool_call", Name: tool, Input: input}, Mode: mode})
 		lock.Unlock()
 		call.Decision, call.Err = d, err
-		if (err != nil || d.Decision != guard.Allow) && !p.cfg.Monitor { // anything but an allow blocks
-			p.cfg.Log.Info().Str("session", call.Session).Str("tool", tool).Str("decision", d.Decision).Msg("mcp call blocked")
+		blocked := err != nil || d.Decision != guard.Allow // anything but an allow blocks
+		if blocked || p.cfg.Monitor && len(d.Violations) > 0 {
+			p.logDecision(call)
+		}
+		if blocked && !p.cfg.Monitor {
 			p.observe(call)
 			return refusal(tool, d), nil
 		}
